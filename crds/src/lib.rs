@@ -1,0 +1,1 @@
+//! The `kmirror.io/v1alpha1` API types.

@@ -1,0 +1,73 @@
+# Shared helpers for e2e/testbed.sh and the e2e/bed/*.sh parts. Sourced, not executed.
+#
+# Layout:
+#   $KM_CACHE  (default ~/.cache/kmirror)   downloads and builds, keyed by version; survives `down`
+#   $KM_RUN    (default /tmp/kmirror-testbed) runtime state: data dirs, configs, logs, pid files
+
+KM_CACHE="${KMIRROR_CACHE:-$HOME/.cache/kmirror}"
+KM_RUN="${KMIRROR_RUN_DIR:-/tmp/kmirror-testbed}"
+KM_LOGS="$KM_RUN/logs"
+KM_PIDS="$KM_RUN/pids"
+mkdir -p "$KM_CACHE" "$KM_LOGS" "$KM_PIDS"
+
+# Messages go to stderr so that `testbed.sh env` stays eval-able.
+log() { printf '[testbed %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { printf '[testbed] ERROR: %s\n' "$*" >&2; exit 1; }
+
+# is_running NAME: true when the process recorded in $KM_PIDS/NAME.pid is alive.
+is_running() {
+  local f="$KM_PIDS/$1.pid"
+  [ -f "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null
+}
+
+# start_bg NAME CMD...: start CMD detached (own session), stdout+stderr to $KM_LOGS/NAME.log,
+# PID recorded in $KM_PIDS/NAME.pid. Does nothing when NAME is already running.
+start_bg() {
+  local name="$1"; shift
+  if is_running "$name"; then return 0; fi
+  setsid "$@" >>"$KM_LOGS/$name.log" 2>&1 < /dev/null &
+  echo $! >"$KM_PIDS/$name.pid"
+}
+
+# stop_pid NAME [GRACE_SECONDS]: SIGTERM the recorded process group, wait, then SIGKILL.
+# Only processes this script recorded are touched.
+stop_pid() {
+  local name="$1" grace="${2:-20}" f="$KM_PIDS/$1.pid" pid i
+  [ -f "$f" ] || return 0
+  pid="$(cat "$f")"
+  if kill -0 "$pid" 2>/dev/null; then
+    kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null
+    for ((i = 0; i < grace * 5; i++)); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.2
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+      log "$name did not stop within ${grace}s, killing"
+      kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null
+    fi
+  fi
+  rm -f "$f"
+}
+
+# wait_for DESCRIPTION TIMEOUT_SECONDS LOGNAME CMD...: poll CMD until it succeeds. On timeout
+# print the tail of $KM_LOGS/LOGNAME.log and fail.
+wait_for() {
+  local what="$1" timeout="$2" logname="$3"; shift 3
+  local deadline=$((SECONDS + timeout))
+  until "$@" >/dev/null 2>&1; do
+    if ((SECONDS >= deadline)); then
+      log "timed out after ${timeout}s waiting for $what; last lines of $KM_LOGS/$logname.log:"
+      tail -n 40 "$KM_LOGS/$logname.log" >&2 2>/dev/null || true
+      return 1
+    fi
+    if [ -n "$logname" ] && [ -f "$KM_PIDS/$logname.pid" ] && ! is_running "$logname"; then
+      log "$logname exited while waiting for $what; last lines of $KM_LOGS/$logname.log:"
+      tail -n 40 "$KM_LOGS/$logname.log" >&2 2>/dev/null || true
+      return 1
+    fi
+    sleep 0.5
+  done
+}
+
+# port_open HOST PORT: a TCP connect succeeds.
+port_open() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }

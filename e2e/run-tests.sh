@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The test command (`make test`): lint, bring the test bed up (reusing a running one), run all
+# tests against it, and stop the bed again if this run started it.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/kmirror/target}"
+
+t0=$SECONDS
+step() { printf '\n=== %s (%ss)\n' "$*" "$((SECONDS - t0))"; }
+
+started=0
+if ! e2e/testbed.sh status 2>/dev/null | grep -q 'kafka-source: running'; then
+  started=1
+fi
+cleanup() {
+  local rc=$?
+  if ((started)) && [ "${KMIRROR_KEEP_TESTBED:-0}" != 1 ]; then
+    step "stopping the test bed"
+    e2e/testbed.sh down || true
+  fi
+  printf '\n=== make test finished with status %s in %ss\n' "$rc" "$((SECONDS - t0))"
+}
+trap cleanup EXIT
+
+step "lint"
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets -- -D warnings
+
+step "build"
+cargo build --workspace --bins --tests
+
+step "test bed up"
+e2e/testbed.sh up --compat
+
+step "tests"
+cargo test --workspace --no-fail-fast -- --test-threads="${KMIRROR_TEST_THREADS:-4}"

@@ -1,0 +1,10 @@
+//! Test-bed support: handles to the real Kafka clusters and the Kubernetes control plane that
+//! `e2e/testbed.sh` runs on loopback.
+//!
+//! A test calls [`Testbed::get`]: it reuses a running bed (one started by `make test` or by hand)
+//! or starts one with `e2e/testbed.sh up`, then reads the bed's `env` exports.
+
+pub mod kafka;
+pub mod testbed;
+
+pub use testbed::Testbed;

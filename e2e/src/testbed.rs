@@ -1,0 +1,134 @@
+//! Locating (or starting) the test bed and reading its environment.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// A running test bed: the variables `e2e/testbed.sh env` exports.
+#[derive(Debug, Clone)]
+pub struct Testbed {
+    vars: HashMap<String, String>,
+}
+
+static BED: OnceLock<Testbed> = OnceLock::new();
+
+/// The repository root (the workspace that holds `e2e/testbed.sh`).
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("e2e crate sits inside the repository")
+        .to_path_buf()
+}
+
+fn script() -> PathBuf {
+    repo_root().join("e2e/testbed.sh")
+}
+
+/// Parses `export NAME='value'` lines as printed by `testbed.sh env`.
+pub fn parse_exports(text: &str) -> HashMap<String, String> {
+    text.lines()
+        .filter_map(|line| line.trim().strip_prefix("export "))
+        .filter_map(|assignment| assignment.split_once('='))
+        .map(|(name, value)| {
+            let value = value
+                .strip_prefix('\'')
+                .and_then(|v| v.strip_suffix('\''))
+                .unwrap_or(value);
+            (name.to_string(), value.to_string())
+        })
+        .collect()
+}
+
+fn run_script(args: &[&str]) -> String {
+    let out = Command::new(script())
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", script().display()));
+    assert!(
+        out.status.success(),
+        "e2e/testbed.sh {} failed:\n{}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+impl Testbed {
+    /// The shared bed for this test process. `testbed.sh up` is idempotent, so this reuses
+    /// whatever runs and starts what does not. Set `KMIRROR_TESTBED_UP_ARGS` (e.g. `--compat`)
+    /// to pass options to `up`.
+    pub fn get() -> &'static Testbed {
+        BED.get_or_init(|| {
+            let extra = std::env::var("KMIRROR_TESTBED_UP_ARGS").unwrap_or_default();
+            let mut args = vec!["up"];
+            args.extend(extra.split_whitespace());
+            let status = Command::new(script())
+                .args(&args)
+                .status()
+                .unwrap_or_else(|e| panic!("cannot run {}: {e}", script().display()));
+            assert!(status.success(), "e2e/testbed.sh up failed");
+            Testbed {
+                vars: parse_exports(&run_script(&["env"])),
+            }
+        })
+    }
+
+    /// A variable of the bed's environment; panics with a clear message when it is missing.
+    pub fn var(&self, name: &str) -> &str {
+        self.vars
+            .get(name)
+            .unwrap_or_else(|| panic!("the test bed exports no {name}; is that part running?"))
+    }
+
+    /// A variable, if the bed exports it (e.g. optional compatibility clusters).
+    pub fn opt_var(&self, name: &str) -> Option<&str> {
+        self.vars.get(name).map(String::as_str)
+    }
+
+    /// Source cluster, PLAINTEXT listener.
+    pub fn source_bootstrap(&self) -> &str {
+        self.var("KMIRROR_SOURCE_BOOTSTRAP")
+    }
+
+    /// Destination cluster, SASL_PLAINTEXT listener.
+    pub fn dest_bootstrap(&self) -> &str {
+        self.var("KMIRROR_DEST_BOOTSTRAP")
+    }
+
+    /// Runs a Kafka tool class from the bed's Kafka jars and returns its stdout.
+    pub fn kafka_tool(&self, class: &str, args: &[&str]) -> anyhow::Result<String> {
+        let out = Command::new(self.var("KMIRROR_KAFKA_RUN"))
+            .arg(class)
+            .args(args)
+            .output()?;
+        anyhow::ensure!(
+            out.status.success(),
+            "{class} {} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// A Kubernetes client for the bed's control plane, as the admin user.
+    pub async fn kube_client(&self) -> anyhow::Result<kube::Client> {
+        let kubeconfig = kube::config::Kubeconfig::read_from(self.var("KUBECONFIG"))?;
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
+        Ok(kube::Client::try_from(config)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_exports;
+
+    #[test]
+    fn parses_quoted_exports() {
+        let vars = parse_exports("export A='1'\nnoise\nexport B='x y'\nexport C=plain\n");
+        assert_eq!(vars["A"], "1");
+        assert_eq!(vars["B"], "x y");
+        assert_eq!(vars["C"], "plain");
+        assert_eq!(vars.len(), 3);
+    }
+}

@@ -1,0 +1,1 @@
+//! The kmirror fetcher: copies source partitions to a destination cluster at identical offsets.

@@ -1,0 +1,1 @@
+//! The kmirror operator: reconciles ClusterMirror and MirrorTopic resources.
