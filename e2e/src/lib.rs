@@ -4,7 +4,9 @@
 //! A test calls [`Testbed::get`]: it reuses a running bed (one started by `make test` or by hand)
 //! or starts one with `e2e/testbed.sh up`, then reads the bed's `env` exports.
 
+pub mod crds;
 pub mod kafka;
+pub mod namespace;
 pub mod testbed;
 
 pub use testbed::Testbed;

@@ -1,0 +1,186 @@
+//! `MirrorTopic`: one topic inside a `ClusterMirror`, with its per-partition lifecycle.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::common::conditions_schema;
+use super::partition::PartitionStatus;
+
+/// One mirrored topic. Failover is `spec.state: Stopped`.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, kube::KubeSchema)]
+#[kube(
+    group = "kmirror.io",
+    version = "v1alpha1",
+    kind = "MirrorTopic",
+    namespaced,
+    status = "MirrorTopicStatus",
+    shortname = "mt",
+    category = "kmirror",
+    doc = "A topic mirrored by a ClusterMirror; set spec.state to Stopped to fail it over.",
+    printcolumn(name = "Mirror", type_ = "string", json_path = ".spec.mirror"),
+    printcolumn(name = "Source-Topic", type_ = "string", json_path = ".spec.sourceTopic"),
+    printcolumn(name = "State", type_ = "string", json_path = ".spec.state"),
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "Mirroring", type_ = "string", json_path = ".status.partitionsSummary", description = "partitions mirroring / total"),
+    printcolumn(name = "Max-Lag", type_ = "integer", json_path = ".status.maxLag"),
+    printcolumn(name = "Identical", type_ = "boolean", json_path = ".status.offsetsIdentical", priority = 1),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = kube::core::Rule::new("self.mirror == oldSelf.mirror")
+        .message("spec.mirror is immutable: create a new MirrorTopic for another mirror")
+        .field_path(".mirror")
+        .reason(kube::core::Reason::FieldValueForbidden),
+    validation = kube::core::Rule::new("self.sourceTopic == oldSelf.sourceTopic")
+        .message("spec.sourceTopic is immutable: create a new MirrorTopic for another topic")
+        .field_path(".sourceTopic")
+        .reason(kube::core::Reason::FieldValueForbidden),
+    validation = kube::core::Rule::new("has(self.destinationTopic) == has(oldSelf.destinationTopic) && (!has(self.destinationTopic) || self.destinationTopic == oldSelf.destinationTopic)")
+        .message("spec.destinationTopic is immutable")
+        .field_path(".destinationTopic")
+        .reason(kube::core::Reason::FieldValueForbidden),
+    validation = kube::core::Rule::new("!(oldSelf.state == 'Stopped' && self.state == 'Paused')")
+        .message("a Stopped topic cannot be Paused: set Mirroring to mirror it again")
+        .field_path(".state")
+        .reason(kube::core::Reason::FieldValueInvalid),
+)]
+pub struct MirrorTopicSpec {
+    /// Name of the `ClusterMirror` (same namespace) this topic belongs to. Immutable.
+    #[schemars(length(min = 1, max = 253))]
+    pub mirror: String,
+    /// Topic on the source cluster. Immutable.
+    #[schemars(regex(pattern = r"^[a-zA-Z0-9._-]{1,249}$"))]
+    pub source_topic: String,
+    /// Topic on the destination cluster (default: the source topic's name). Immutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[a-zA-Z0-9._-]{1,249}$"))]
+    pub destination_topic: Option<String>,
+    /// Desired state: `Mirroring` (default), `Paused` (maintenance; the destination stays
+    /// read-only), or `Stopped` (failover: the destination becomes writable).
+    #[serde(default)]
+    pub state: DesiredState,
+    /// How a change to `Stopped` is carried out.
+    #[serde(default)]
+    pub failover: FailoverSpec,
+    /// On failback: what to do with records the destination-to-be holds after the last mirrored
+    /// offset. Absent: wait (the records are quarantined and reported first in any case).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub divergence_policy: Option<DivergencePolicy>,
+}
+
+/// Desired state of a mirrored topic.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum DesiredState {
+    /// Copy records continuously.
+    #[default]
+    Mirroring,
+    /// Stop copying but keep the destination read-only.
+    Paused,
+    /// Fail over: stop copying, persist the last mirrored offsets, make the destination writable.
+    Stopped,
+}
+
+/// Failover settings.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FailoverSpec {
+    /// `Graceful` (default): drain to zero lag while the source is reachable, then stop.
+    /// `Immediate`: stop at once (use when the source is gone).
+    #[serde(default)]
+    pub mode: FailoverMode,
+    /// How long a graceful failover waits for zero lag before it reports and keeps waiting.
+    #[serde(default = "default_drain_timeout")]
+    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h))+$"))]
+    pub drain_timeout: String,
+}
+
+impl Default for FailoverSpec {
+    fn default() -> Self {
+        FailoverSpec {
+            mode: FailoverMode::default(),
+            drain_timeout: default_drain_timeout(),
+        }
+    }
+}
+
+fn default_drain_timeout() -> String {
+    "5m".to_string()
+}
+
+/// How to stop.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum FailoverMode {
+    /// Drain to zero lag first.
+    #[default]
+    Graceful,
+    /// Stop now.
+    Immediate,
+}
+
+/// Resolution of divergent records found on failback.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum DivergencePolicy {
+    /// Delete and recreate the destination topic, then mirror everything again. The divergent
+    /// records stay in the quarantine topic.
+    Recreate,
+    /// Keep the divergent records where they are and mirror after them; offsets are translated
+    /// through the offset map from then on.
+    KeepAndTranslate,
+}
+
+/// Observed state of a `MirrorTopic`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MirrorTopicStatus {
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Topic phase: the most significant partition state (e.g. `Mirroring` when all mirror,
+    /// `Failed` when any failed), or `Pending` before the first reconcile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    /// `Ready` and `Failed` conditions.
+    #[serde(default)]
+    #[schemars(schema_with = "conditions_schema")]
+    pub conditions: Vec<Condition>,
+    /// Topic ID the source reports (absent on sources that have none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_topic_id: Option<String>,
+    /// The destination topic name in use.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub destination_topic: Option<String>,
+    /// `mirroring/total`, for `kubectl get`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partitions_summary: Option<String>,
+    /// Largest lag (records) over the partitions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_lag: Option<i64>,
+    /// True when every partition has identical offsets on both sides.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offsets_identical: Option<bool>,
+    /// Per partition state, offsets, lag and errors.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "partitions_schema")]
+    pub partitions: Vec<PartitionStatus>,
+}
+
+fn partitions_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let mut schema = generator.subschema_for::<Vec<PartitionStatus>>();
+    let object = schema.ensure_object();
+    object.insert("x-kubernetes-list-type".into(), "map".into());
+    object.insert("x-kubernetes-list-map-keys".into(), serde_json::json!(["partition"]));
+    schema
+}
+
+impl MirrorTopic {
+    /// The destination topic name: `spec.destinationTopic`, or the source topic's name.
+    pub fn destination_topic(&self) -> &str {
+        self.spec
+            .destination_topic
+            .as_deref()
+            .unwrap_or(&self.spec.source_topic)
+    }
+}

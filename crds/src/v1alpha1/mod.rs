@@ -1,0 +1,13 @@
+//! `kmirror.io/v1alpha1`.
+
+mod cluster_mirror;
+mod common;
+mod connection;
+mod mirror_topic;
+mod partition;
+
+pub use cluster_mirror::*;
+pub use common::*;
+pub use connection::*;
+pub use mirror_topic::*;
+pub use partition::*;
