@@ -1,4 +1,6 @@
 //! `ClusterMirror`: one mirror from a source Kafka cluster to a destination Kafka cluster.
+// Several `printcolumn(...)` attributes repeat the same keys by design.
+#![allow(clippy::duplicated_attributes)]
 
 use std::collections::BTreeMap;
 

@@ -1,4 +1,6 @@
 //! `MirrorTopic`: one topic inside a `ClusterMirror`, with its per-partition lifecycle.
+// Several `printcolumn(...)` attributes repeat the same keys by design.
+#![allow(clippy::duplicated_attributes)]
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::CustomResource;

@@ -1,0 +1,104 @@
+//! What a fetcher process mirrors and how.
+
+use std::time::Duration;
+
+use crate::connection::ClusterSettings;
+
+/// Which source records are read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Isolation {
+    /// Committed records only, up to the last stable offset.
+    #[default]
+    ReadCommitted,
+    /// Every record.
+    ReadUncommitted,
+}
+
+impl Isolation {
+    /// The librdkafka `isolation.level` value.
+    pub fn as_kafka_str(self) -> &'static str {
+        match self {
+            Isolation::ReadCommitted => "read_committed",
+            Isolation::ReadUncommitted => "read_uncommitted",
+        }
+    }
+}
+
+/// What to do when the source deleted records (retention) before they were mirrored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TruncationPolicy {
+    /// Stop with a `SourceTruncated` reason (default): nothing is skipped silently.
+    #[default]
+    Fail,
+    /// Record the hole in the offset map, report how many records were lost, and go on.
+    Skip,
+}
+
+/// Configuration of one fetcher process.
+#[derive(Debug, Clone)]
+pub struct FetcherConfig {
+    /// The mirror, `namespace/name`; part of every state key.
+    pub mirror: String,
+    /// Source topic.
+    pub source_topic: String,
+    /// Destination topic (must exist).
+    pub destination_topic: String,
+    /// Partitions this process owns.
+    pub partitions: Vec<i32>,
+    /// Source cluster.
+    pub source: ClusterSettings,
+    /// Destination cluster.
+    pub destination: ClusterSettings,
+    /// State topic on the destination.
+    pub state_topic: String,
+    /// Byte-rate limit over all owned partitions.
+    pub throttle_bytes_per_second: Option<u64>,
+    /// Source isolation level.
+    pub isolation: Isolation,
+    /// Most placeholders written for prefix alignment.
+    pub prefix_alignment_limit: i64,
+    /// Source truncation handling.
+    pub on_source_truncation: TruncationPolicy,
+    /// How often positions are written to the state topic.
+    pub position_interval: Duration,
+    /// How often the source cluster and topic identity are re-checked.
+    pub metadata_refresh: Duration,
+    /// Bound on the clean shutdown after SIGTERM.
+    pub shutdown_timeout: Duration,
+    /// How long the destination log end must stay unchanged before resuming (lets requests of a
+    /// previous incarnation drain).
+    pub startup_settle: Duration,
+    /// Name written into position records (the pod name).
+    pub writer: Option<String>,
+}
+
+impl FetcherConfig {
+    /// A configuration with default tuning.
+    pub fn new(
+        mirror: impl Into<String>,
+        source_topic: impl Into<String>,
+        destination_topic: impl Into<String>,
+        partitions: Vec<i32>,
+        source: ClusterSettings,
+        destination: ClusterSettings,
+    ) -> FetcherConfig {
+        FetcherConfig {
+            mirror: mirror.into(),
+            source_topic: source_topic.into(),
+            destination_topic: destination_topic.into(),
+            partitions,
+            source,
+            destination,
+            state_topic: kmirror_crds::v1alpha1::DEFAULT_STATE_TOPIC.to_string(),
+            throttle_bytes_per_second: None,
+            isolation: Isolation::default(),
+            prefix_alignment_limit: 1_000_000,
+            on_source_truncation: TruncationPolicy::default(),
+            position_interval: Duration::from_secs(2),
+            metadata_refresh: Duration::from_secs(30),
+            shutdown_timeout: Duration::from_secs(20),
+            startup_settle: Duration::from_millis(1000),
+            writer: None,
+        }
+    }
+}

@@ -1,0 +1,194 @@
+//! `kmirror-fetcher`: mirrors partitions of one source topic to a destination topic.
+//!
+//! Exit codes: 0 clean stop (SIGTERM), 1 retryable error, 10 foreign write on the destination,
+//! 11 source topic recreated, 12 source cluster changed, 13 source topic deleted, 14 source
+//! truncated before mirroring, 15 destination not empty without state, 2 bad arguments.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::Parser;
+use kmirror_fetcher::{ClusterSettings, FetcherConfig, Handles, Isolation, TruncationPolicy};
+
+/// Mirror partitions of a source Kafka topic to a destination topic at identical offsets.
+#[derive(Parser, Debug)]
+#[command(name = "kmirror-fetcher", version)]
+struct Args {
+    /// The mirror, `namespace/name` (keys the state records).
+    #[arg(long, env = "KMIRROR_MIRROR")]
+    mirror: String,
+    /// Source topic.
+    #[arg(long, env = "KMIRROR_SOURCE_TOPIC")]
+    source_topic: String,
+    /// Destination topic (default: the source topic's name).
+    #[arg(long, env = "KMIRROR_DESTINATION_TOPIC")]
+    destination_topic: Option<String>,
+    /// Partitions to mirror, comma separated.
+    #[arg(long, env = "KMIRROR_PARTITIONS", value_delimiter = ',', required = true)]
+    partitions: Vec<i32>,
+    /// Source bootstrap servers.
+    #[arg(long, env = "KMIRROR_SOURCE_BOOTSTRAP")]
+    source_bootstrap: String,
+    /// Source librdkafka property, `key=value` (repeatable).
+    #[arg(long = "source-property")]
+    source_properties: Vec<String>,
+    /// Source property read from a file, `key=/path` (repeatable; for secrets).
+    #[arg(long = "source-property-file")]
+    source_property_files: Vec<String>,
+    /// Destination bootstrap servers.
+    #[arg(long, env = "KMIRROR_DESTINATION_BOOTSTRAP")]
+    destination_bootstrap: String,
+    /// Destination librdkafka property, `key=value` (repeatable).
+    #[arg(long = "destination-property")]
+    destination_properties: Vec<String>,
+    /// Destination property read from a file, `key=/path` (repeatable; for secrets).
+    #[arg(long = "destination-property-file")]
+    destination_property_files: Vec<String>,
+    /// Extra librdkafka properties for the source consumer only.
+    #[arg(long = "consumer-property")]
+    consumer_properties: Vec<String>,
+    /// Extra librdkafka properties for the destination producer only.
+    #[arg(long = "producer-property")]
+    producer_properties: Vec<String>,
+    /// State topic on the destination.
+    #[arg(long, env = "KMIRROR_STATE_TOPIC", default_value = "__kmirror_state")]
+    state_topic: String,
+    /// Byte-rate limit over all partitions of this process.
+    #[arg(long, env = "KMIRROR_THROTTLE_BYTES_PER_SECOND")]
+    throttle_bytes_per_second: Option<u64>,
+    /// `read_committed` or `read_uncommitted`.
+    #[arg(long, env = "KMIRROR_ISOLATION_LEVEL", default_value = "read_committed")]
+    isolation_level: String,
+    /// Most placeholder records for prefix alignment.
+    #[arg(long, env = "KMIRROR_PREFIX_ALIGNMENT_LIMIT", default_value_t = 1_000_000)]
+    prefix_alignment_limit: i64,
+    /// `fail` or `skip` when the source deleted records before they were mirrored.
+    #[arg(long, env = "KMIRROR_ON_SOURCE_TRUNCATION", default_value = "fail")]
+    on_source_truncation: String,
+    /// Seconds between position records.
+    #[arg(long, default_value_t = 2.0)]
+    position_interval_seconds: f64,
+    /// Seconds between source identity checks.
+    #[arg(long, default_value_t = 30.0)]
+    metadata_refresh_seconds: f64,
+    /// Bound on the clean shutdown after SIGTERM, seconds.
+    #[arg(long, env = "KMIRROR_SHUTDOWN_TIMEOUT_SECONDS", default_value_t = 20.0)]
+    shutdown_timeout_seconds: f64,
+    /// How long the destination log end must stay unchanged before resuming, seconds.
+    #[arg(long, default_value_t = 1.0)]
+    startup_settle_seconds: f64,
+    /// Address of /metrics, /healthz, /readyz (`none` disables).
+    #[arg(long, env = "KMIRROR_HTTP_ADDR", default_value = "0.0.0.0:9464")]
+    http_addr: String,
+    /// Name written into position records (defaults to $POD_NAME or the host name).
+    #[arg(long, env = "POD_NAME")]
+    writer: Option<String>,
+    /// Log format: `text` or `json`.
+    #[arg(long, env = "KMIRROR_LOG_FORMAT", default_value = "text")]
+    log_format: String,
+}
+
+fn settings(bootstrap: &str, props: &[String], files: &[String]) -> anyhow::Result<ClusterSettings> {
+    let mut s = ClusterSettings::new(bootstrap);
+    s.properties = ClusterSettings::parse_pairs(props).map_err(anyhow::Error::msg)?;
+    s.property_files = ClusterSettings::parse_pairs(files)
+        .map_err(anyhow::Error::msg)?
+        .into_iter()
+        .map(|(k, v)| (k, PathBuf::from(v)))
+        .collect();
+    Ok(s)
+}
+
+fn config(args: &Args) -> anyhow::Result<FetcherConfig> {
+    let mut source = settings(&args.source_bootstrap, &args.source_properties, &args.source_property_files)?;
+    source
+        .properties
+        .extend(ClusterSettings::parse_pairs(&args.consumer_properties).map_err(anyhow::Error::msg)?);
+    let mut destination = settings(
+        &args.destination_bootstrap,
+        &args.destination_properties,
+        &args.destination_property_files,
+    )?;
+    destination
+        .properties
+        .extend(ClusterSettings::parse_pairs(&args.producer_properties).map_err(anyhow::Error::msg)?);
+    let mut c = FetcherConfig::new(
+        &args.mirror,
+        &args.source_topic,
+        args.destination_topic.clone().unwrap_or_else(|| args.source_topic.clone()),
+        args.partitions.clone(),
+        source,
+        destination,
+    );
+    c.state_topic = args.state_topic.clone();
+    c.throttle_bytes_per_second = args.throttle_bytes_per_second;
+    c.isolation = match args.isolation_level.as_str() {
+        "read_committed" => Isolation::ReadCommitted,
+        "read_uncommitted" => Isolation::ReadUncommitted,
+        other => bail!("--isolation-level must be read_committed or read_uncommitted, not {other:?}"),
+    };
+    c.prefix_alignment_limit = args.prefix_alignment_limit;
+    c.on_source_truncation = match args.on_source_truncation.as_str() {
+        "fail" => TruncationPolicy::Fail,
+        "skip" => TruncationPolicy::Skip,
+        other => bail!("--on-source-truncation must be fail or skip, not {other:?}"),
+    };
+    c.position_interval = Duration::from_secs_f64(args.position_interval_seconds);
+    c.metadata_refresh = Duration::from_secs_f64(args.metadata_refresh_seconds);
+    c.shutdown_timeout = Duration::from_secs_f64(args.shutdown_timeout_seconds);
+    c.startup_settle = Duration::from_secs_f64(args.startup_settle_seconds);
+    c.writer = args.writer.clone().or_else(|| std::env::var("HOSTNAME").ok());
+    Ok(c)
+}
+
+fn main() {
+    let args = Args::parse();
+    kmirror_fetcher::logging::init(args.log_format == "json");
+    let config = match config(&args) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!("invalid arguments: {e:#}");
+            std::process::exit(2);
+        }
+    };
+    let handles = Handles::default();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let http_addr = args.http_addr.clone();
+    if http_addr != "none" {
+        let addr: SocketAddr = match http_addr.parse().with_context(|| format!("--http-addr {http_addr:?}")) {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::error!("{e:#}");
+                std::process::exit(2);
+            }
+        };
+        let h = handles.clone();
+        runtime.spawn(async move {
+            if let Err(e) = kmirror_fetcher::http::serve(addr, h).await {
+                tracing::error!(%addr, "HTTP endpoints unavailable: {e}");
+            }
+        });
+    }
+    let shutdown = handles.shutdown.clone();
+    runtime.spawn(async move {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+        tracing::info!("stopping: flushing and persisting the position");
+        shutdown.store(true, Ordering::Relaxed);
+    });
+    let outcome = kmirror_fetcher::run(&config, &handles);
+    let code = outcome.exit_code();
+    tracing::info!(code, "exiting");
+    runtime.shutdown_timeout(Duration::from_millis(200));
+    std::process::exit(code);
+}

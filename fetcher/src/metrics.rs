@@ -1,0 +1,120 @@
+//! Prometheus metrics of a fetcher process, per mirrored partition.
+
+use std::sync::atomic::AtomicU64;
+
+use kmirror_crds::v1alpha1::PartitionState;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+/// Labels of a partition's series.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PartitionLabels {
+    /// The mirror, `namespace/name`.
+    pub mirror: String,
+    /// Source topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: i32,
+}
+
+/// Labels of the per-state series.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StateLabels {
+    /// The mirror.
+    pub mirror: String,
+    /// Source topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: i32,
+    /// Lifecycle state name.
+    pub state: String,
+}
+
+/// The fetcher's metrics.
+pub struct FetcherMetrics {
+    registry: Registry,
+    /// Records copied.
+    pub records: Family<PartitionLabels, Counter>,
+    /// Bytes copied (keys, values and headers).
+    pub bytes: Family<PartitionLabels, Counter>,
+    /// Records the destination is behind the source.
+    pub lag_records: Family<PartitionLabels, Gauge>,
+    /// Age of the newest mirrored record when behind, else 0.
+    pub lag_seconds: Family<PartitionLabels, Gauge<f64, AtomicU64>>,
+    /// 1 when destination offsets equal source offsets.
+    pub offsets_identical: Family<PartitionLabels, Gauge>,
+    /// Last mirrored source offset.
+    pub last_mirrored_offset: Family<PartitionLabels, Gauge>,
+    /// 1 for the partition's current state, 0 for the others.
+    pub state: Family<StateLabels, Gauge>,
+    /// Gaps recorded in the offset map.
+    pub gaps: Family<PartitionLabels, Counter>,
+}
+
+impl Default for FetcherMetrics {
+    fn default() -> Self {
+        FetcherMetrics::new()
+    }
+}
+
+impl FetcherMetrics {
+    /// Registers every metric.
+    pub fn new() -> FetcherMetrics {
+        let mut registry = Registry::with_prefix("kmirror_fetcher");
+        let records = Family::<PartitionLabels, Counter>::default();
+        let bytes = Family::<PartitionLabels, Counter>::default();
+        let lag_records = Family::<PartitionLabels, Gauge>::default();
+        let lag_seconds = Family::<PartitionLabels, Gauge<f64, AtomicU64>>::default();
+        let offsets_identical = Family::<PartitionLabels, Gauge>::default();
+        let last_mirrored_offset = Family::<PartitionLabels, Gauge>::default();
+        let state = Family::<StateLabels, Gauge>::default();
+        let gaps = Family::<PartitionLabels, Counter>::default();
+        registry.register("records", "Records copied to the destination", records.clone());
+        registry.register("bytes", "Bytes copied (keys, values, headers)", bytes.clone());
+        registry.register("lag_records", "Records the destination is behind", lag_records.clone());
+        registry.register("lag_seconds", "Age of the newest mirrored record while behind", lag_seconds.clone());
+        registry.register(
+            "offsets_identical",
+            "1 when every destination offset equals its source offset",
+            offsets_identical.clone(),
+        );
+        registry.register("last_mirrored_offset", "Last source offset on the destination", last_mirrored_offset.clone());
+        registry.register("partition_state", "1 for the partition's current lifecycle state", state.clone());
+        registry.register("gaps", "Source offset gaps recorded in the offset map", gaps.clone());
+        FetcherMetrics {
+            registry,
+            records,
+            bytes,
+            lag_records,
+            lag_seconds,
+            offsets_identical,
+            last_mirrored_offset,
+            state,
+            gaps,
+        }
+    }
+
+    /// Sets the partition's state series (one at 1, the rest at 0).
+    pub fn set_state(&self, labels: &PartitionLabels, current: PartitionState) {
+        for s in PartitionState::ALL {
+            let l = StateLabels {
+                mirror: labels.mirror.clone(),
+                topic: labels.topic.clone(),
+                partition: labels.partition,
+                state: s.as_str().to_string(),
+            };
+            self.state.get_or_create(&l).set(i64::from(s == current));
+        }
+    }
+
+    /// Prometheus text exposition.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String cannot fail");
+        out
+    }
+}

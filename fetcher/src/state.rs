@@ -1,0 +1,382 @@
+//! Records of the compacted state topic (`__kmirror_state` by default) on the destination.
+//!
+//! Every record is keyed by a small JSON object naming the mirror (`namespace/name`), the source
+//! topic and the partition, plus the record kind:
+//!
+//! | kind       | written by | value |
+//! |------------|------------|-------|
+//! | `state`    | operator   | [`PartitionStateRecord`]: lifecycle state, state epoch, error |
+//! | `position` | fetcher    | [`PositionRecord`]: last mirrored offset, destination offset, identity |
+//! | `map`      | fetcher    | [`MapChunk`]: up to [`MAP_CHUNK_SEGMENTS`] offset-map segments |
+//!
+//! A deleted `MirrorTopic` leaves tombstones (null values) so compaction drops its records.
+
+use std::collections::BTreeMap;
+
+use kmirror_crds::v1alpha1::PartitionState;
+use serde::{Deserialize, Serialize};
+
+use crate::offset_map::{OffsetMap, Segment};
+
+/// Segments per map record; the last chunk is rewritten as it grows, full chunks never change.
+pub const MAP_CHUNK_SEGMENTS: usize = 1000;
+
+/// Kinds of state records.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[serde(rename_all = "lowercase")]
+pub enum RecordKind {
+    /// Lifecycle state, written by the operator.
+    State,
+    /// Mirror position, written by the fetcher.
+    Position,
+    /// Offset-map chunk, written by the fetcher.
+    Map,
+}
+
+/// The key of a state record. Serialized as JSON with a fixed field order, so equal keys are
+/// equal bytes (compaction relies on that).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StateKey {
+    /// Format version.
+    pub v: u8,
+    /// Record kind.
+    pub kind: RecordKind,
+    /// The mirror, `namespace/name`.
+    pub mirror: String,
+    /// The source topic.
+    pub topic: String,
+    /// The partition.
+    pub partition: i32,
+    /// Chunk number, for `map` records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chunk: Option<u32>,
+}
+
+impl StateKey {
+    /// A key of the given kind.
+    pub fn new(kind: RecordKind, mirror: &str, topic: &str, partition: i32) -> StateKey {
+        StateKey {
+            v: 1,
+            kind,
+            mirror: mirror.to_string(),
+            topic: topic.to_string(),
+            partition,
+            chunk: None,
+        }
+    }
+
+    /// The key of map chunk `chunk`.
+    pub fn map_chunk(mirror: &str, topic: &str, partition: i32, chunk: u32) -> StateKey {
+        StateKey {
+            chunk: Some(chunk),
+            ..StateKey::new(RecordKind::Map, mirror, topic, partition)
+        }
+    }
+
+    /// Bytes of the key.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("a state key serializes")
+    }
+
+    /// Parses a key; `None` for records that are not kmirror state keys of a known version.
+    pub fn parse(bytes: &[u8]) -> Option<StateKey> {
+        serde_json::from_slice::<StateKey>(bytes)
+            .ok()
+            .filter(|k| k.v == 1)
+    }
+}
+
+/// Why a fetcher stopped for good; also its process exit code.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub enum StopReason {
+    /// Another client wrote to the destination partition.
+    ForeignWrite,
+    /// The source topic was deleted and recreated (its topic ID changed).
+    SourceTopicRecreated,
+    /// The source cluster ID is not the one recorded.
+    SourceClusterChanged,
+    /// The source topic no longer exists.
+    SourceTopicDeleted,
+    /// Records were deleted on the source (retention) before they were mirrored.
+    SourceTruncated,
+    /// The destination partition holds records kmirror did not write and has no state.
+    DestinationNotEmpty,
+    /// Any other error (connection, delivery, configuration); retried.
+    Error,
+}
+
+impl StopReason {
+    /// Process exit code of the fetcher for this reason.
+    pub fn exit_code(self) -> i32 {
+        match self {
+            StopReason::ForeignWrite => 10,
+            StopReason::SourceTopicRecreated => 11,
+            StopReason::SourceClusterChanged => 12,
+            StopReason::SourceTopicDeleted => 13,
+            StopReason::SourceTruncated => 14,
+            StopReason::DestinationNotEmpty => 15,
+            StopReason::Error => 1,
+        }
+    }
+
+    /// The reason for an exit code, if it is one of these.
+    pub fn from_exit_code(code: i32) -> Option<StopReason> {
+        [
+            StopReason::ForeignWrite,
+            StopReason::SourceTopicRecreated,
+            StopReason::SourceClusterChanged,
+            StopReason::SourceTopicDeleted,
+            StopReason::SourceTruncated,
+            StopReason::DestinationNotEmpty,
+            StopReason::Error,
+        ]
+        .into_iter()
+        .find(|r| r.exit_code() == code)
+    }
+
+    /// Whether retrying can help. A deleted source topic is not an error but a stop.
+    pub fn retryable(self) -> bool {
+        self == StopReason::Error
+    }
+}
+
+/// Status a fetcher reports for a partition.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub enum FetcherStatus {
+    /// Copying records.
+    #[default]
+    Running,
+    /// Shut down cleanly (SIGTERM); the position is final until it starts again.
+    Stopped,
+    /// Stopped for good; see `error`.
+    Failed,
+}
+
+/// An error a fetcher reports with its position.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct FetcherError {
+    /// Machine-readable reason.
+    pub reason: StopReason,
+    /// Human-readable explanation.
+    pub message: String,
+}
+
+/// Prefix alignment in progress or done: placeholders up to `target`, then DeleteRecords.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct PrefixAlignment {
+    /// The source log-start offset the destination is aligned to.
+    pub target: i64,
+    /// Placeholders written and deleted.
+    pub done: bool,
+}
+
+/// Where a partition's mirroring stands, written by its fetcher.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct PositionRecord {
+    /// Source cluster ID recorded on first start.
+    pub source_cluster_id: String,
+    /// Source topic ID recorded on first start (absent for sources that report none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_topic_id: Option<String>,
+    /// Destination topic.
+    pub destination_topic: String,
+    /// Last source offset whose record is on the destination (-1: none).
+    pub last_mirrored_offset: i64,
+    /// Next source offset to copy.
+    pub next_source_offset: i64,
+    /// Destination log-end offset written by this fetcher.
+    pub destination_offset: i64,
+    /// Number of map chunks (`map` records 0..n).
+    pub map_chunks: u32,
+    /// Every destination offset equals its source offset.
+    pub offsets_identical: bool,
+    /// Prefix alignment state, when the source log started above 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix_alignment: Option<PrefixAlignment>,
+    /// Fetcher status.
+    #[serde(default)]
+    pub status: FetcherStatus,
+    /// Why the fetcher failed, when it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<FetcherError>,
+    /// Source high watermark the fetcher last saw.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_high_watermark: Option<i64>,
+    /// Records mirrored by this fetcher incarnation.
+    #[serde(default)]
+    pub records_mirrored: u64,
+    /// Pod (or host) that wrote this record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub writer: Option<String>,
+    /// Milliseconds since the epoch.
+    pub updated_at_ms: i64,
+}
+
+/// A chunk of the offset map.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct MapChunk {
+    /// Segments `[src, dst]` of this chunk.
+    pub segments: Vec<Segment>,
+}
+
+/// Lifecycle state of a partition, written by the operator on every transition.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct PartitionStateRecord {
+    /// The state.
+    pub state: PartitionState,
+    /// Monotonic; every transition increments it.
+    pub state_epoch: i64,
+    /// Failed retries so far; -1 when not retryable.
+    #[serde(default)]
+    pub retry_attempt: i32,
+    /// Reason of the last error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Last mirrored offset persisted on STOPPED (the LMO).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_mirrored_offset: Option<i64>,
+    /// Destination topic.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub destination_topic: Option<String>,
+    /// Source cluster ID at the time of the transition.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_cluster_id: Option<String>,
+    /// Milliseconds since the epoch.
+    pub updated_at_ms: i64,
+}
+
+/// Splits a map into chunk records.
+pub fn map_to_chunks(map: &OffsetMap) -> Vec<MapChunk> {
+    map.segments()
+        .chunks(MAP_CHUNK_SEGMENTS)
+        .map(|c| MapChunk { segments: c.to_vec() })
+        .collect()
+}
+
+/// Reassembles a map from chunk records `0..count`.
+pub fn map_from_chunks(chunks: &BTreeMap<u32, MapChunk>, count: u32) -> Result<OffsetMap, String> {
+    if count == 0 {
+        return Ok(OffsetMap::identity());
+    }
+    let mut segments = Vec::new();
+    for i in 0..count {
+        let chunk = chunks
+            .get(&i)
+            .ok_or_else(|| format!("offset map chunk {i} of {count} is missing"))?;
+        segments.extend_from_slice(&chunk.segments);
+    }
+    OffsetMap::from_segments(segments)
+}
+
+/// Everything the state topic holds for one partition.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PartitionRecords {
+    /// Operator-written lifecycle state.
+    pub state: Option<PartitionStateRecord>,
+    /// Fetcher-written position.
+    pub position: Option<PositionRecord>,
+    /// Map chunks by number.
+    pub chunks: BTreeMap<u32, MapChunk>,
+}
+
+impl PartitionRecords {
+    /// The partition's offset map (identity when nothing is recorded).
+    pub fn offset_map(&self) -> Result<OffsetMap, String> {
+        let count = self.position.as_ref().map_or(0, |p| p.map_chunks);
+        let count = count.max(self.chunks.keys().next_back().map_or(0, |k| k + 1));
+        map_from_chunks(&self.chunks, count)
+    }
+
+    /// Applies one record (a `None` value is a tombstone).
+    pub fn apply(&mut self, key: &StateKey, value: Option<&[u8]>) -> Result<(), serde_json::Error> {
+        match (key.kind, value) {
+            (RecordKind::State, None) => self.state = None,
+            (RecordKind::State, Some(v)) => self.state = Some(serde_json::from_slice(v)?),
+            (RecordKind::Position, None) => self.position = None,
+            (RecordKind::Position, Some(v)) => self.position = Some(serde_json::from_slice(v)?),
+            (RecordKind::Map, None) => {
+                self.chunks.remove(&key.chunk.unwrap_or(0));
+            }
+            (RecordKind::Map, Some(v)) => {
+                self.chunks.insert(key.chunk.unwrap_or(0), serde_json::from_slice(v)?);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_stable_bytes() {
+        let k = StateKey::new(RecordKind::Position, "ns/m", "orders", 3);
+        assert_eq!(
+            String::from_utf8(k.to_bytes()).unwrap(),
+            r#"{"v":1,"kind":"position","mirror":"ns/m","topic":"orders","partition":3}"#
+        );
+        assert_eq!(StateKey::parse(&k.to_bytes()), Some(k));
+        assert_eq!(StateKey::parse(b"not json"), None);
+        let m = StateKey::map_chunk("ns/m", "orders", 3, 2);
+        assert!(String::from_utf8(m.to_bytes()).unwrap().ends_with(r#""partition":3,"chunk":2}"#));
+    }
+
+    #[test]
+    fn maps_round_trip_through_chunks() {
+        let mut map = OffsetMap::identity();
+        let mut dst = 0;
+        for i in 0..2500i64 {
+            dst += 2;
+            map.record_gap(i * 3 + 3, dst);
+        }
+        let chunks = map_to_chunks(&map);
+        assert_eq!(chunks.len(), 3);
+        let by_number: BTreeMap<u32, MapChunk> =
+            chunks.into_iter().enumerate().map(|(i, c)| (i as u32, c)).collect();
+        assert_eq!(map_from_chunks(&by_number, 3).unwrap(), map);
+        assert!(map_from_chunks(&by_number, 4).unwrap_err().contains("chunk 3 of 4 is missing"));
+    }
+
+    #[test]
+    fn records_apply_and_tombstone() {
+        let mut records = PartitionRecords::default();
+        let key = StateKey::new(RecordKind::Position, "ns/m", "t", 0);
+        let position = PositionRecord {
+            destination_topic: "t".into(),
+            last_mirrored_offset: 41,
+            next_source_offset: 42,
+            destination_offset: 42,
+            offsets_identical: true,
+            ..Default::default()
+        };
+        records.apply(&key, Some(&serde_json::to_vec(&position).unwrap())).unwrap();
+        assert_eq!(records.position.as_ref().unwrap().last_mirrored_offset, 41);
+        records.apply(&key, None).unwrap();
+        assert!(records.position.is_none());
+    }
+
+    #[test]
+    fn exit_codes_round_trip() {
+        for code in 10..=15 {
+            assert_eq!(StopReason::from_exit_code(code).unwrap().exit_code(), code);
+        }
+        assert_eq!(StopReason::from_exit_code(1), Some(StopReason::Error));
+        assert_eq!(StopReason::from_exit_code(2), None);
+    }
+}

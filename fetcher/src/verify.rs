@@ -1,0 +1,201 @@
+//! The verifier: compares a source partition with its destination partition record by record
+//! through the offset map and reports what is missing, different or extra.
+
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use serde::Serialize;
+
+use crate::config::Isolation;
+use crate::offset_map::OffsetMap;
+use crate::records::RecordData;
+
+/// Mismatches listed in a report at most (counts are always complete).
+pub const MAX_LISTED: usize = 20;
+
+/// One side of the comparison.
+#[derive(Clone)]
+pub struct Side {
+    /// Client configuration.
+    pub config: ClientConfig,
+    /// Topic.
+    pub topic: String,
+}
+
+/// Result of verifying one partition.
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    /// Partition.
+    pub partition: i32,
+    /// Source records examined (from the source log start to its end at the start of the run).
+    pub source_records: u64,
+    /// Source records found on the destination with the same content.
+    pub matched: u64,
+    /// Source records absent from the destination.
+    pub missing: u64,
+    /// Source records whose destination copy differs.
+    pub different: u64,
+    /// Destination records no source record maps to (duplicates, foreign writes).
+    pub extra: u64,
+    /// Destination records after the copy of the last source record seen: newer records while
+    /// the source is still written, duplicates when it is quiescent.
+    pub trailing: u64,
+    /// Every matched record sits at its own source offset.
+    pub offsets_identical: bool,
+    /// The first mismatches, as `(source offset, destination offset, what)`.
+    pub examples: Vec<(i64, i64, String)>,
+}
+
+impl Report {
+    /// No missing, different or extra records.
+    pub fn is_clean(&self) -> bool {
+        self.missing == 0 && self.different == 0 && self.extra == 0
+    }
+
+    fn note(&mut self, src: i64, dst: i64, what: &str) {
+        if self.examples.len() < MAX_LISTED {
+            self.examples.push((src, dst, what.to_string()));
+        }
+    }
+}
+
+/// Reads one partition sequentially up to an end offset.
+struct Reader {
+    consumer: BaseConsumer,
+    end: i64,
+    next: Option<RecordData>,
+    done: bool,
+    deadline: Instant,
+}
+
+impl Reader {
+    fn open(side: &Side, partition: i32, isolation: Isolation, timeout: Duration) -> Result<Reader, KafkaError> {
+        let consumer: BaseConsumer = side
+            .config
+            .clone()
+            .set("group.id", "kmirror-verify")
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("isolation.level", isolation.as_kafka_str())
+            .set("enable.partition.eof", "true")
+            .set("auto.offset.reset", "earliest")
+            .create()?;
+        let (low, high) = consumer.fetch_watermarks(&side.topic, partition, timeout)?;
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(&side.topic, partition, Offset::Offset(low))?;
+        consumer.assign(&tpl)?;
+        Ok(Reader {
+            consumer,
+            end: high,
+            next: None,
+            done: high <= low,
+            deadline: Instant::now() + timeout,
+        })
+    }
+
+    /// The next record below `end`, without consuming it.
+    fn peek(&mut self) -> Result<Option<&RecordData>, KafkaError> {
+        while self.next.is_none() && !self.done {
+            if Instant::now() > self.deadline {
+                return Err(KafkaError::MessageConsumption(rdkafka::types::RDKafkaErrorCode::OperationTimedOut));
+            }
+            match self.consumer.poll(Duration::from_millis(500)) {
+                None => {}
+                Some(Err(KafkaError::PartitionEOF(_))) => {
+                    let position = self.consumer.position()?.elements().first().map(|e| e.offset());
+                    if let Some(Offset::Offset(o)) = position
+                        && o >= self.end
+                    {
+                        self.done = true;
+                    }
+                }
+                Some(Err(e)) => return Err(e),
+                Some(Ok(m)) => {
+                    use rdkafka::Message;
+                    if m.offset() >= self.end {
+                        self.done = true;
+                    } else {
+                        self.next = Some(RecordData::from_message(&m));
+                        if m.offset() + 1 >= self.end {
+                            self.done = true;
+                        }
+                    }
+                }
+            }
+        }
+        Ok(self.next.as_ref())
+    }
+
+    fn take(&mut self) -> Option<RecordData> {
+        self.next.take()
+    }
+}
+
+/// Compares `partition` of `source` with the destination through `map`, from the source log
+/// start to the source log end observed when the run starts.
+pub fn verify_partition(
+    source: &Side,
+    destination: &Side,
+    partition: i32,
+    map: &OffsetMap,
+    isolation: Isolation,
+    timeout: Duration,
+) -> Result<Report, KafkaError> {
+    let mut src = Reader::open(source, partition, isolation, timeout)?;
+    let mut dst = Reader::open(destination, partition, Isolation::ReadUncommitted, timeout)?;
+    let mut report = Report {
+        partition,
+        offsets_identical: true,
+        ..Default::default()
+    };
+    let mut last_expected_dst = -1;
+    while let Some(s) = src.peek()?.cloned() {
+        src.take();
+        report.source_records += 1;
+        let expected = map.src_to_dst(s.offset);
+        last_expected_dst = expected;
+        // Destination records before the expected offset are extra (placeholders excepted).
+        loop {
+            match dst.peek()? {
+                Some(d) if d.offset < expected => {
+                    if !d.is_placeholder() {
+                        report.extra += 1;
+                        let d_offset = d.offset;
+                        report.note(-1, d_offset, "extra record on the destination");
+                    }
+                    dst.take();
+                }
+                _ => break,
+            }
+        }
+        match dst.peek()? {
+            Some(d) if d.offset == expected => {
+                if d.same_content(&s) {
+                    report.matched += 1;
+                    if d.offset != s.offset {
+                        report.offsets_identical = false;
+                    }
+                } else {
+                    report.different += 1;
+                    report.note(s.offset, expected, "content differs");
+                }
+                dst.take();
+            }
+            _ => {
+                report.missing += 1;
+                report.note(s.offset, expected, "missing on the destination");
+            }
+        }
+    }
+    // What remains on the destination lies after the copy of the last source record.
+    while let Some(d) = dst.peek()? {
+        if d.offset > last_expected_dst && !d.is_placeholder() {
+            report.trailing += 1;
+        }
+        dst.take();
+    }
+    Ok(report)
+}
