@@ -5,6 +5,8 @@
 #   e2e/testbed.sh env                            shell exports for tests and tools: eval "$(e2e/testbed.sh env)"
 #   e2e/testbed.sh status                         what runs, by recorded PID
 #   e2e/testbed.sh logs [NAME|POD]                list logs, or print one (a component or a pod)
+#   e2e/testbed.sh restart NAME                   restart one broker (kafka-source, kafka-destination, ...)
+#   e2e/testbed.sh stop NAME | start NAME         stop or start one broker, keeping its data
 #   e2e/testbed.sh down                           stop what `up` started and remove its state
 #
 # Downloads and builds are cached under ~/.cache/kmirror (KMIRROR_CACHE), keyed by version;
@@ -27,7 +29,7 @@ if [ -f "$HERE/bed/node.sh" ]; then
   . "$HERE/bed/node.sh"
 fi
 
-usage() { sed -n '2,11p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 cmd_up() {
   local compat=0 kafka_only=0 arg
@@ -90,6 +92,21 @@ cmd_logs() {
   fi
 }
 
+cmd_stop() {
+  [ $# -eq 1 ] || die "usage: e2e/testbed.sh stop NAME"
+  kafka_stop_one "$1"
+}
+
+cmd_start() {
+  [ $# -eq 1 ] || die "usage: e2e/testbed.sh start NAME"
+  kafka_start_one "$1"
+}
+
+cmd_restart() {
+  cmd_stop "$@"
+  cmd_start "$@"
+}
+
 cmd_down() {
   if declare -F node_down >/dev/null; then node_down; fi
   if ((HAVE_K8S)); then k8s_down; fi
@@ -105,6 +122,9 @@ main() {
     env) cmd_env ;;
     status) cmd_status ;;
     logs) cmd_logs "$@" ;;
+    stop) cmd_stop "$@" ;;
+    start) cmd_start "$@" ;;
+    restart) cmd_restart "$@" ;;
     down) cmd_down ;;
     -h | --help | help | "") usage ;;
     *) usage >&2; exit 2 ;;

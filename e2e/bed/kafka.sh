@@ -184,6 +184,7 @@ num.network.threads=2
 num.io.threads=4
 log.segment.bytes=67108864
 auto.create.topics.enable=false
+log.cleaner.backoff.ms=1000
 delete.topic.enable=true
 EOF
 }
@@ -390,6 +391,38 @@ EOF
 # check is a real start attempt the first time; KMIRROR_COMPAT28=0 disables it).
 kafka_compat28_supported() {
   [ "${KMIRROR_COMPAT28:-1}" != 0 ]
+}
+
+# Brokers by component name: NAME VERSION PORT.
+kafka_broker_spec() {
+  case "$1" in
+    kafka-source) echo "source $KAFKA_VERSION 19092" ;;
+    kafka-destination) echo "destination $KAFKA_VERSION 29092" ;;
+    kafka-compat39) echo "compat39 $KAFKA_COMPAT39_VERSION 39092" ;;
+    kafka-compat28) echo "compat28 $KAFKA_COMPAT28_VERSION 28092" ;;
+    *) die "unknown broker $1 (kafka-source, kafka-destination, kafka-compat39, kafka-compat28)" ;;
+  esac
+}
+
+# Stop one broker, keeping its data (for restart tests).
+kafka_stop_one() {
+  kafka_broker_spec "$1" >/dev/null
+  stop_pid "$1" 30
+}
+
+kafka_start_one() {
+  local name version port lines
+  read -r name version port <<<"$(kafka_broker_spec "$1")"
+  lines=$(wc -l <"$KM_LOGS/kafka-$name.log" 2>/dev/null || echo 0)
+  kafka_start "$name" "$version" "$port"
+  wait_for "kafka $name to start" "${KMIRROR_KAFKA_START_TIMEOUT:-90}" "kafka-$name" \
+    kafka_started_after "$name" "$port" "$lines" || die "kafka $name did not start"
+}
+
+# kafka_started_after NAME PORT LINES: started, judging only log lines after LINES.
+kafka_started_after() {
+  port_open 127.0.0.1 "$2" &&
+    tail -n "+$(($3 + 1))" "$KM_LOGS/kafka-$1.log" | grep -qE 'Kafka Server started|\] started \(kafka.server.KafkaServer\)'
 }
 
 kafka_env() {

@@ -24,8 +24,14 @@ pub enum DestUser {
 impl DestUser {
     fn credentials(self, bed: &Testbed) -> (&str, &str) {
         match self {
-            DestUser::Admin => (bed.var("KMIRROR_ADMIN_USER"), bed.var("KMIRROR_ADMIN_PASSWORD")),
-            DestUser::Mirror => (bed.var("KMIRROR_MIRROR_USER"), bed.var("KMIRROR_MIRROR_PASSWORD")),
+            DestUser::Admin => (
+                bed.var("KMIRROR_ADMIN_USER"),
+                bed.var("KMIRROR_ADMIN_PASSWORD"),
+            ),
+            DestUser::Mirror => (
+                bed.var("KMIRROR_MIRROR_USER"),
+                bed.var("KMIRROR_MIRROR_PASSWORD"),
+            ),
             DestUser::App => (bed.var("KMIRROR_APP_USER"), bed.var("KMIRROR_APP_PASSWORD")),
         }
     }
@@ -42,24 +48,30 @@ impl Testbed {
     /// Source cluster over SASL_SSL with SCRAM-SHA-512, verifying the bed's CA.
     pub fn source_sasl_ssl_config(&self) -> ClientConfig {
         let mut c = ClientConfig::new();
-        c.set("bootstrap.servers", self.var("KMIRROR_SOURCE_SASL_SSL_BOOTSTRAP"))
-            .set("security.protocol", "SASL_SSL")
-            .set("sasl.mechanism", "SCRAM-SHA-512")
-            .set("sasl.username", self.var("KMIRROR_ADMIN_USER"))
-            .set("sasl.password", self.var("KMIRROR_ADMIN_PASSWORD"))
-            .set("ssl.ca.location", self.var("KMIRROR_CA"))
-            .set("ssl.endpoint.identification.algorithm", "https");
+        c.set(
+            "bootstrap.servers",
+            self.var("KMIRROR_SOURCE_SASL_SSL_BOOTSTRAP"),
+        )
+        .set("security.protocol", "SASL_SSL")
+        .set("sasl.mechanism", "SCRAM-SHA-512")
+        .set("sasl.username", self.var("KMIRROR_ADMIN_USER"))
+        .set("sasl.password", self.var("KMIRROR_ADMIN_PASSWORD"))
+        .set("ssl.ca.location", self.var("KMIRROR_CA"))
+        .set("ssl.endpoint.identification.algorithm", "https");
         c
     }
 
     /// Source cluster over mutual TLS with the bed's client certificate.
     pub fn source_mtls_config(&self) -> ClientConfig {
         let mut c = ClientConfig::new();
-        c.set("bootstrap.servers", self.var("KMIRROR_SOURCE_MTLS_BOOTSTRAP"))
-            .set("security.protocol", "SSL")
-            .set("ssl.ca.location", self.var("KMIRROR_CA"))
-            .set("ssl.certificate.location", self.var("KMIRROR_CLIENT_CERT"))
-            .set("ssl.key.location", self.var("KMIRROR_CLIENT_KEY"));
+        c.set(
+            "bootstrap.servers",
+            self.var("KMIRROR_SOURCE_MTLS_BOOTSTRAP"),
+        )
+        .set("security.protocol", "SSL")
+        .set("ssl.ca.location", self.var("KMIRROR_CA"))
+        .set("ssl.certificate.location", self.var("KMIRROR_CLIENT_CERT"))
+        .set("ssl.key.location", self.var("KMIRROR_CLIENT_KEY"));
         c
     }
 
@@ -111,4 +123,268 @@ pub async fn create_topic(
         result.map_err(|(t, e)| anyhow::anyhow!("creating topic {t}: {e}"))?;
     }
     Ok(())
+}
+
+/// A record for tests: key, value, headers.
+#[derive(Debug, Clone)]
+pub struct TestRecord {
+    /// Partition to write to.
+    pub partition: i32,
+    /// Key.
+    pub key: Option<Vec<u8>>,
+    /// Value.
+    pub value: Option<Vec<u8>>,
+    /// Headers.
+    pub headers: Vec<(String, Vec<u8>)>,
+}
+
+/// Deterministic pseudo-random numbers (xorshift), so failures reproduce.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// Seeded generator.
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.max(1))
+    }
+    /// Next value.
+    pub fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0 = x;
+        x
+    }
+    /// Uniform in `0..n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+/// `count` records over `partitions` partitions with keys, headers and mixed sizes: mostly
+/// 10 B–4 KiB values, some tombstones and null keys, and `large` records of ~1 MB.
+pub fn mixed_records(count: usize, partitions: i32, large: usize, seed: u64) -> Vec<TestRecord> {
+    let mut rng = Rng::new(seed);
+    let words = [
+        "alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel",
+    ];
+    let text = |len: usize, rng: &mut Rng| -> Vec<u8> {
+        let mut v = Vec::with_capacity(len + 8);
+        while v.len() < len {
+            v.extend_from_slice(words[rng.below(words.len() as u64) as usize].as_bytes());
+            v.push(b' ');
+            v.extend_from_slice(rng.below(1_000_000).to_string().as_bytes());
+            v.push(b' ');
+        }
+        v.truncate(len);
+        v
+    };
+    (0..count)
+        .map(|i| {
+            let partition = (i as i32) % partitions;
+            let key = if i % 50 == 7 {
+                None
+            } else {
+                Some(format!("key-{}", rng.below(10_000)).into_bytes())
+            };
+            let value = if i % 97 == 3 {
+                None
+            } else if i < large {
+                Some(text(1_000_000 - rng.below(2_000) as usize, &mut rng))
+            } else {
+                let len = match rng.below(10) {
+                    0 => rng.below(10) as usize,
+                    1..=7 => 10 + rng.below(500) as usize,
+                    _ => 500 + rng.below(3600) as usize,
+                };
+                Some(text(len, &mut rng))
+            };
+            let headers = (0..rng.below(4))
+                .map(|h| (format!("h{h}"), format!("v{}", rng.below(100)).into_bytes()))
+                .collect();
+            TestRecord {
+                partition,
+                key,
+                value,
+                headers,
+            }
+        })
+        .collect()
+}
+
+#[derive(Default)]
+struct CountingContext {
+    delivered: AtomicU32,
+    failed: std::sync::Mutex<Option<String>>,
+}
+
+impl rdkafka::ClientContext for CountingContext {}
+
+impl rdkafka::producer::ProducerContext for CountingContext {
+    type DeliveryOpaque = ();
+    fn delivery(&self, result: &rdkafka::message::DeliveryResult<'_>, _: ()) {
+        match result {
+            Ok(_) => {
+                self.delivered.fetch_add(1, Ordering::Relaxed);
+            }
+            Err((e, _)) => *self.failed.lock().unwrap() = Some(e.to_string()),
+        }
+    }
+}
+
+/// Produces records as fast as the cluster takes them (idempotent, acks=all) and waits for all
+/// deliveries. `extra` sets producer properties (e.g. `compression.type`).
+pub fn produce_all(
+    config: &ClientConfig,
+    topic: &str,
+    records: &[TestRecord],
+    extra: &[(&str, &str)],
+) -> anyhow::Result<()> {
+    use rdkafka::message::{Header, OwnedHeaders};
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let mut c = config.clone();
+    c.set("enable.idempotence", "true")
+        .set("linger.ms", "10")
+        .set("message.max.bytes", "2000000")
+        .set("batch.size", "1000000");
+    for (k, v) in extra {
+        c.set(*k, *v);
+    }
+    let producer: BaseProducer<CountingContext> =
+        c.create_with_context(CountingContext::default())?;
+    for r in records {
+        let headers = r.headers.iter().fold(OwnedHeaders::new(), |h, (k, v)| {
+            h.insert(Header {
+                key: k,
+                value: Some(v.as_slice()),
+            })
+        });
+        let mut record = BaseRecord::<[u8], [u8]>::to(topic)
+            .partition(r.partition)
+            .headers(headers);
+        if let Some(k) = &r.key {
+            record = record.key(k.as_slice());
+        }
+        if let Some(v) = &r.value {
+            record = record.payload(v.as_slice());
+        }
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((
+                    rdkafka::error::KafkaError::MessageProduction(
+                        rdkafka::types::RDKafkaErrorCode::QueueFull,
+                    ),
+                    back,
+                )) => {
+                    record = back;
+                    producer.poll(Duration::from_millis(20));
+                }
+                Err((e, _)) => anyhow::bail!("producing to {topic}: {e}"),
+            }
+        }
+        producer.poll(Duration::ZERO);
+    }
+    producer.flush(Duration::from_secs(120))?;
+    if let Some(e) = producer.context().failed.lock().unwrap().take() {
+        anyhow::bail!("a record was not delivered to {topic}: {e}");
+    }
+    anyhow::ensure!(
+        producer.context().delivered.load(Ordering::Relaxed) as usize == records.len(),
+        "not every record was delivered to {topic}"
+    );
+    Ok(())
+}
+
+/// (log start, log end) of a partition.
+pub fn watermarks(
+    config: &ClientConfig,
+    topic: &str,
+    partition: i32,
+) -> anyhow::Result<(i64, i64)> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let consumer: BaseConsumer = config
+        .clone()
+        .set("group.id", "kmirror-e2e-watermarks")
+        .create()?;
+    Ok(consumer.fetch_watermarks(topic, partition, Duration::from_secs(15))?)
+}
+
+/// Deletes records of a partition below `before`.
+pub async fn delete_records(
+    config: &ClientConfig,
+    topic: &str,
+    partition: i32,
+    before: i64,
+) -> anyhow::Result<()> {
+    let admin: AdminClient<DefaultClientContext> = config.create()?;
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    tpl.add_partition_offset(topic, partition, rdkafka::Offset::Offset(before))?;
+    admin
+        .delete_records(
+            &tpl,
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
+        )
+        .await?;
+    Ok(())
+}
+
+/// Deletes a topic.
+pub async fn delete_topic(config: &ClientConfig, topic: &str) -> anyhow::Result<()> {
+    let admin: AdminClient<DefaultClientContext> = config.create()?;
+    for r in admin
+        .delete_topics(
+            &[topic],
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
+        )
+        .await?
+    {
+        r.map_err(|(t, e)| anyhow::anyhow!("deleting topic {t}: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Reads every record of a partition from its start to its current end.
+pub fn read_all(
+    config: &ClientConfig,
+    topic: &str,
+    partition: i32,
+    isolation: &str,
+) -> anyhow::Result<Vec<kmirror_fetcher::records::RecordData>> {
+    use rdkafka::Message;
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let (low, high) = watermarks(config, topic, partition)?;
+    let consumer: BaseConsumer = config
+        .clone()
+        .set("group.id", "kmirror-e2e-reader")
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", isolation)
+        .set("enable.partition.eof", "true")
+        .create()?;
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    tpl.add_partition_offset(topic, partition, rdkafka::Offset::Offset(low))?;
+    consumer.assign(&tpl)?;
+    let mut out = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while std::time::Instant::now() < deadline {
+        match consumer.poll(Duration::from_millis(500)) {
+            None => continue,
+            Some(Err(rdkafka::error::KafkaError::PartitionEOF(_))) => {
+                let pos = consumer.position()?.elements().first().map(|e| e.offset());
+                if matches!(pos, Some(rdkafka::Offset::Offset(o)) if o >= high) || high == low {
+                    return Ok(out);
+                }
+            }
+            Some(Err(e)) => return Err(e.into()),
+            Some(Ok(m)) => {
+                let done = m.offset() + 1 >= high;
+                out.push(kmirror_fetcher::records::RecordData::from_message(&m));
+                if done {
+                    return Ok(out);
+                }
+            }
+        }
+    }
+    anyhow::bail!("reading {topic}[{partition}] did not finish")
 }

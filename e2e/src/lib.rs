@@ -5,7 +5,9 @@
 //! or starts one with `e2e/testbed.sh up`, then reads the bed's `env` exports.
 
 pub mod crds;
+pub mod fetcher;
 pub mod kafka;
+pub mod kube;
 pub mod namespace;
 pub mod testbed;
 

@@ -174,6 +174,9 @@ struct Unit {
     persisted_chunks: usize,
     prefix: Option<PrefixAlignment>,
     high_watermark: Option<i64>,
+    /// Next source offset accounting for offsets the consumer skipped (transaction markers,
+    /// aborted records) once everything before them is confirmed.
+    source_position: i64,
     last_timestamp: Option<i64>,
     records: u64,
     position_dirty: bool,
@@ -200,6 +203,11 @@ pub fn run(config: &FetcherConfig, handles: &Handles) -> Outcome {
         Ok(f) => f,
         Err(stop) => {
             tracing::error!(reason = ?stop.reason, "{}", stop.message);
+            if stop.reason != StopReason::Error
+                && let Err(e) = record_start_failure(config, &stop)
+            {
+                tracing::warn!(error = %e.message, "could not record the failure in the state topic");
+            }
             return Outcome::Failed {
                 reason: stop.reason,
                 message: stop.message,
@@ -208,6 +216,38 @@ pub fn run(config: &FetcherConfig, handles: &Handles) -> Outcome {
     };
     let outcome = fetcher.mirror();
     fetcher.finish(outcome)
+}
+
+/// Marks the recorded positions of the owned partitions as failed with the stop reason, so the
+/// operator (and a human) can read why the fetcher refused to start.
+fn record_start_failure(config: &FetcherConfig, stop: &Stop) -> Result<(), Stop> {
+    let destination = config.destination.client_config()?;
+    let records = state_store::load(
+        &destination,
+        &config.state_topic,
+        |k| k.kind == RecordKind::Position && k.mirror == config.mirror && k.topic == config.source_topic,
+        Duration::from_secs(30),
+    )?;
+    let writer = StateWriter::new(&destination, &config.state_topic)?;
+    for &partition in &config.partitions {
+        let key = (config.mirror.clone(), config.source_topic.clone(), partition);
+        let mut position = records
+            .get(&key)
+            .and_then(|r| r.position.clone())
+            .unwrap_or_else(|| PositionRecord {
+                destination_topic: config.destination_topic.clone(),
+                last_mirrored_offset: -1,
+                ..Default::default()
+            });
+        position.status = FetcherStatus::Failed;
+        position.error = Some(FetcherError { reason: stop.reason, message: stop.message.clone() });
+        position.writer = config.writer.clone();
+        position.updated_at_ms = now_ms();
+        let key = StateKey::new(RecordKind::Position, &config.mirror, &config.source_topic, partition);
+        writer.send(&key, Some(&position))?;
+    }
+    writer.flush(Duration::from_secs(10))?;
+    Ok(())
 }
 
 fn source_consumer_config(config: &FetcherConfig) -> Result<ClientConfig, Stop> {
@@ -227,7 +267,7 @@ fn source_consumer_config(config: &FetcherConfig) -> Result<ClientConfig, Stop> 
 fn producer_config(config: &FetcherConfig) -> Result<ClientConfig, Stop> {
     let mut c = config.destination.client_config()?;
     set_default(&mut c, "linger.ms", "5");
-    set_default(&mut c, "batch.size", "1048576");
+    set_default(&mut c, "batch.size", "1000000");
     set_default(&mut c, "batch.num.messages", "10000");
     set_default(&mut c, "compression.type", "lz4");
     set_default(&mut c, "message.max.bytes", "16777216");
@@ -288,8 +328,7 @@ impl<'a> Fetcher<'a> {
                 .get(&(config.mirror.clone(), config.source_topic.clone(), partition))
                 .cloned()
                 .unwrap_or_default();
-            let unit = fetcher.prepare_partition(partition, &recorded)?;
-            fetcher.units.insert(partition, unit);
+            fetcher.prepare_partition(partition, &recorded)?;
         }
         let mut tpl = TopicPartitionList::new();
         for (p, unit) in &fetcher.units {
@@ -378,7 +417,7 @@ impl<'a> Fetcher<'a> {
             })
     }
 
-    fn prepare_partition(&mut self, partition: i32, recorded: &PartitionRecords) -> Result<Unit, Stop> {
+    fn prepare_partition(&mut self, partition: i32, recorded: &PartitionRecords) -> Result<(), Stop> {
         let config = self.config;
         let position = recorded.position.as_ref();
         if let Some(p) = position {
@@ -405,7 +444,7 @@ impl<'a> Fetcher<'a> {
             }
         }
         let (_, dst_end) = self.settled_destination_watermarks(partition)?;
-        let (src_low, _) = self
+        let (src_low, src_high) = self
             .consumer
             .fetch_watermarks(&config.source_topic, partition, ADMIN_TIMEOUT)?;
         let mut prefix = position.and_then(|p| p.prefix_alignment);
@@ -447,6 +486,7 @@ impl<'a> Fetcher<'a> {
             persisted_chunks: recorded.position.as_ref().map_or(0, |p| p.map_chunks as usize),
             prefix,
             high_watermark: None,
+            source_position: 0,
             last_timestamp: None,
             records: 0,
             position_dirty: true,
@@ -458,28 +498,49 @@ impl<'a> Fetcher<'a> {
             self.write_map(&mut unit)?;
             self.state.flush(ADMIN_TIMEOUT)?;
         }
-        if let Some(p) = unit.prefix
-            && !p.done
-        {
-            self.align_prefix(&mut unit, p.target)?;
+        if unit.cursor.next_src > src_high {
+            return Err(self.beyond_source_end(partition, unit.cursor.next_src, src_high));
         }
         self.verify_last_record(&unit)?;
-        if unit.cursor.next_src < src_low {
+        let pending_alignment = unit.prefix.filter(|p| !p.done);
+        if pending_alignment.is_none() && unit.cursor.next_src < src_low {
             self.source_truncated(&mut unit, src_low)?;
         }
-        Ok(unit)
+        self.units.insert(partition, unit);
+        if let Some(p) = pending_alignment {
+            self.align_prefix(partition, p.target)?;
+        }
+        Ok(())
+    }
+
+    /// The destination holds more records than the source has: foreign writes, or a source that
+    /// lost records it once had (unclean leader election, restore from backup).
+    fn beyond_source_end(&self, partition: i32, next_src: i64, src_high: i64) -> Stop {
+        Stop::new(
+            StopReason::ForeignWrite,
+            format!(
+                "destination {}[{partition}] holds copies up to source offset {} but the source log ends at {src_high}: \
+                 another client wrote to the destination partition, or the source lost records",
+                self.config.destination_topic,
+                next_src - 1
+            ),
+        )
     }
 
     /// Placeholders for destination offsets up to `target`, then DeleteRecords, so that the
     /// destination log starts where the source log starts and offsets stay identical.
-    fn align_prefix(&mut self, unit: &mut Unit, target: i64) -> Result<(), Stop> {
-        let partition = unit.cursor.partition;
-        tracing::info!(partition, target, from = unit.cursor.next_dst, "aligning an empty destination with a source log starting above 0");
+    fn align_prefix(&mut self, partition: i32, target: i64) -> Result<(), Stop> {
+        let from = self.units[&partition].cursor.next_dst;
+        tracing::info!(partition, target, from, "aligning an empty destination with a source log starting above 0");
         let headers = OwnedHeaders::new().insert(Header {
             key: PLACEHOLDER_HEADER,
             value: Some(b"1".as_slice()),
         });
-        while unit.cursor.next_dst < target {
+        loop {
+            let unit = self.units.get_mut(&partition).expect("unit inserted before alignment");
+            if unit.cursor.next_dst >= target {
+                break;
+            }
             let expected = unit.cursor.accept_placeholder();
             let mut record = BaseRecord::<(), [u8], Box<Pending>>::with_opaque_to(
                 &self.config.destination_topic,
@@ -508,9 +569,10 @@ impl<'a> Fetcher<'a> {
         tpl.add_partition_offset(&self.config.destination_topic, partition, Offset::Offset(target))?;
         let options = AdminOptions::new().operation_timeout(Some(ADMIN_TIMEOUT));
         futures::executor::block_on(admin.delete_records(&tpl, &options))?;
+        let unit = self.units.get_mut(&partition).expect("unit inserted before alignment");
         unit.prefix = Some(PrefixAlignment { target, done: true });
         unit.cursor = Cursor::resume(partition, unit.cursor.map.clone(), target);
-        self.write_position(unit, FetcherStatus::Running, None)?;
+        self.write_position(&self.units[&partition], FetcherStatus::Running, None)?;
         self.state.flush(ADMIN_TIMEOUT)?;
         Ok(())
     }
@@ -588,6 +650,7 @@ impl<'a> Fetcher<'a> {
             status,
             error,
             source_high_watermark: unit.high_watermark,
+            source_position: Some(unit.source_position.max(cursor.confirmed_next_src())),
             records_mirrored: unit.records,
             writer: self.config.writer.clone(),
             updated_at_ms: now_ms(),
@@ -748,7 +811,11 @@ impl<'a> Fetcher<'a> {
     fn check_source_truncation(&mut self) -> Result<(), Stop> {
         let partitions: Vec<i32> = self.units.keys().copied().collect();
         for p in partitions {
-            let (low, _) = self.consumer.fetch_watermarks(&self.config.source_topic, p, ADMIN_TIMEOUT)?;
+            let (low, high) = self.consumer.fetch_watermarks(&self.config.source_topic, p, ADMIN_TIMEOUT)?;
+            let next_src = self.units[&p].cursor.next_src;
+            if next_src > high {
+                return Err(self.beyond_source_end(p, next_src, high));
+            }
             let mut unit = self.units.remove(&p).expect("owned partition");
             let result = if unit.cursor.next_src < low {
                 self.source_truncated(&mut unit, low).map(|_| true)
@@ -793,10 +860,37 @@ impl<'a> Fetcher<'a> {
 
     fn refresh_lag(&mut self) {
         let metrics = &self.handles.metrics;
+        let positions: BTreeMap<i32, i64> = self
+            .consumer
+            .position()
+            .map(|tpl| {
+                tpl.elements()
+                    .iter()
+                    .filter_map(|e| match e.offset() {
+                        Offset::Offset(o) => Some((e.partition(), o)),
+                        _ => None,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
         for (p, unit) in self.units.iter_mut() {
+            let confirmed = unit.cursor.confirmed_next_src();
+            let mut next = confirmed;
+            if unit.cursor.inflight() == 0
+                && let Some(&position) = positions.get(p)
+            {
+                next = next.max(position);
+            }
+            if next != unit.source_position {
+                unit.source_position = next;
+                unit.position_dirty = true;
+            }
             if let Ok((_, high)) = self.consumer.fetch_watermarks(&self.config.source_topic, *p, Duration::from_secs(5)) {
+                if unit.high_watermark != Some(high) {
+                    unit.position_dirty = true;
+                }
                 unit.high_watermark = Some(high);
-                let lag = (high - unit.cursor.confirmed_next_src()).max(0);
+                let lag = (high - next).max(0);
                 metrics.lag_records.get_or_create(&unit.labels).set(lag);
                 let seconds = match (lag, unit.last_timestamp) {
                     (0, _) | (_, None) => 0.0,

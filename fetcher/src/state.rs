@@ -207,6 +207,10 @@ pub struct PositionRecord {
     /// Source high watermark the fetcher last saw.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_high_watermark: Option<i64>,
+    /// Next source offset including offsets the consumer skipped (transaction markers, aborted
+    /// records) once everything before them is on the destination; lag is measured from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_position: Option<i64>,
     /// Records mirrored by this fetcher incarnation.
     #[serde(default)]
     pub records_mirrored: u64,

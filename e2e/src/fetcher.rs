@@ -1,0 +1,212 @@
+//! Running `kmirror-fetcher` processes against the test bed, and checking their result with
+//! the verifier.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use kmirror_fetcher::offset_map::OffsetMap;
+use kmirror_fetcher::state::PartitionRecords;
+use kmirror_fetcher::verify::{Report, Side, verify_partition};
+use kmirror_fetcher::{Isolation, state_store};
+use rdkafka::ClientConfig;
+
+use crate::Testbed;
+use crate::kafka::unique_name;
+use crate::testbed::repo_root;
+
+/// The cargo target directory the workspace builds into.
+pub fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target"))
+}
+
+/// Path of a workspace binary, built (once per test process) if needed.
+pub fn binary(name: &str) -> PathBuf {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "--bins", "-p", "kmirror-fetcher"])
+            .current_dir(repo_root())
+            .status()
+            .expect("run cargo build");
+        assert!(status.success(), "cargo build of the fetcher failed");
+    });
+    target_dir().join("debug").join(name)
+}
+
+/// A fetcher child process; killed when dropped.
+pub struct FetcherProcess {
+    child: Child,
+    /// Its log file (stderr and stdout).
+    pub log: PathBuf,
+}
+
+/// Arguments for the fetcher's source side: the bed's source over PLAINTEXT.
+pub fn source_args(bed: &Testbed) -> Vec<String> {
+    vec!["--source-bootstrap".into(), bed.source_bootstrap().into()]
+}
+
+/// Arguments for the fetcher's destination side: the bed's destination as the mirror user.
+pub fn destination_args(bed: &Testbed) -> Vec<String> {
+    let mut a = vec![
+        "--destination-bootstrap".to_string(),
+        bed.dest_bootstrap().to_string(),
+    ];
+    for p in [
+        "security.protocol=SASL_PLAINTEXT".to_string(),
+        "sasl.mechanism=PLAIN".to_string(),
+        format!("sasl.username={}", bed.var("KMIRROR_MIRROR_USER")),
+        format!("sasl.password={}", bed.var("KMIRROR_MIRROR_PASSWORD")),
+    ] {
+        a.push("--destination-property".into());
+        a.push(p);
+    }
+    a
+}
+
+impl FetcherProcess {
+    /// Starts a fetcher with the given arguments (the caller supplies topic, partitions, and
+    /// the cluster arguments, e.g. from [`source_args`] and [`destination_args`]).
+    pub fn spawn(args: &[String]) -> FetcherProcess {
+        let log = std::env::temp_dir().join(format!("{}.log", unique_name("fetcher")));
+        let file = std::fs::File::create(&log).expect("fetcher log file");
+        let child = Command::new(binary("kmirror-fetcher"))
+            .args(args)
+            .args(["--http-addr", "none", "--position-interval-seconds", "0.5"])
+            .env("RUST_LOG", "info,librdkafka=warn")
+            .stdout(Stdio::from(file.try_clone().expect("log handle")))
+            .stderr(Stdio::from(file))
+            .spawn()
+            .expect("start kmirror-fetcher");
+        FetcherProcess { child, log }
+    }
+
+    /// The process ID.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends a signal.
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([&format!("-{signal}"), &self.pid().to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success(), "kill -{signal} failed");
+    }
+
+    /// Waits for the exit code (None: killed by a signal); panics after `timeout`.
+    pub fn wait(&mut self, timeout: Duration) -> Option<i32> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait for fetcher") {
+                return status.code();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "fetcher did not exit within {timeout:?}; log:\n{}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Exited already?
+    pub fn exited(&mut self) -> Option<Option<i32>> {
+        self.child
+            .try_wait()
+            .expect("poll fetcher")
+            .map(|s| s.code())
+    }
+
+    /// SIGKILL and reap.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// The log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for FetcherProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The state recorded for a partition of a mirror.
+pub fn recorded(bed: &Testbed, mirror: &str, topic: &str, partition: i32) -> PartitionRecords {
+    let units = state_store::load(
+        &bed.dest_config(crate::kafka::DestUser::Admin),
+        kmirror_crds::v1alpha1::DEFAULT_STATE_TOPIC,
+        |k| k.mirror == mirror && k.topic == topic && k.partition == partition,
+        Duration::from_secs(60),
+    )
+    .expect("load state");
+    units
+        .get(&(mirror.to_string(), topic.to_string(), partition))
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// The offset map recorded for a partition.
+pub fn recorded_map(bed: &Testbed, mirror: &str, topic: &str, partition: i32) -> OffsetMap {
+    recorded(bed, mirror, topic, partition)
+        .offset_map()
+        .expect("recorded offset map")
+}
+
+/// Verifies one partition with the recorded map.
+pub fn verify(
+    bed: &Testbed,
+    source: &ClientConfig,
+    mirror: &str,
+    source_topic: &str,
+    destination_topic: &str,
+    partition: i32,
+    isolation: Isolation,
+) -> Report {
+    let map = recorded_map(bed, mirror, source_topic, partition);
+    verify_partition(
+        &Side {
+            config: source.clone(),
+            topic: source_topic.to_string(),
+        },
+        &Side {
+            config: bed.dest_config(crate::kafka::DestUser::Admin),
+            topic: destination_topic.to_string(),
+        },
+        partition,
+        &map,
+        isolation,
+        Duration::from_secs(300),
+    )
+    .expect("verify")
+}
+
+/// Ensures the state topic exists on the destination.
+pub fn ensure_state_topic(bed: &Testbed) {
+    state_store::ensure_state_topic(
+        &bed.dest_config(crate::kafka::DestUser::Admin),
+        kmirror_crds::v1alpha1::DEFAULT_STATE_TOPIC,
+    )
+    .expect("state topic");
+}
+
+/// Waits until `done()` holds, polling; panics with `what` after `timeout`.
+pub fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !done() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
