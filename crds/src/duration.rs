@@ -52,7 +52,10 @@ mod tests {
         assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
         assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
         assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7200)));
-        assert_eq!(parse_duration("1h1m1s1ms"), Ok(Duration::from_millis(3_661_001)));
+        assert_eq!(
+            parse_duration("1h1m1s1ms"),
+            Ok(Duration::from_millis(3_661_001))
+        );
     }
 
     #[test]

@@ -42,7 +42,13 @@ impl Matcher {
             .map_err(|e| FilterError {
                 field: field.to_string(),
                 pattern,
-                reason: e.to_string().lines().last().unwrap_or_default().trim().to_string(),
+                reason: e
+                    .to_string()
+                    .lines()
+                    .last()
+                    .unwrap_or_default()
+                    .trim()
+                    .to_string(),
             })
     }
 
@@ -110,13 +116,22 @@ mod tests {
     use super::*;
 
     fn name(n: &str) -> NameFilter {
-        NameFilter { name: Some(n.into()), ..Default::default() }
+        NameFilter {
+            name: Some(n.into()),
+            ..Default::default()
+        }
     }
     fn prefix(p: &str) -> NameFilter {
-        NameFilter { prefix: Some(p.into()), ..Default::default() }
+        NameFilter {
+            prefix: Some(p.into()),
+            ..Default::default()
+        }
     }
     fn regex(r: &str) -> NameFilter {
-        NameFilter { regex: Some(r.into()), ..Default::default() }
+        NameFilter {
+            regex: Some(r.into()),
+            ..Default::default()
+        }
     }
 
     #[test]

@@ -26,14 +26,21 @@ impl fmt::Display for Invalid {
 
 /// Joins problems into one message for a condition or event.
 pub fn describe(problems: &[Invalid]) -> String {
-    problems.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+    problems
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// Shortest accepted sync interval.
 pub const MIN_SYNC_INTERVAL: Duration = Duration::from_secs(1);
 
 fn invalid(field: impl Into<String>, message: impl Into<String>) -> Invalid {
-    Invalid { field: field.into(), message: message.into() }
+    Invalid {
+        field: field.into(),
+        message: message.into(),
+    }
 }
 
 fn check_properties(field: &str, properties: &BTreeMap<String, String>, out: &mut Vec<Invalid>) {
@@ -72,9 +79,12 @@ pub fn cluster_mirror(spec: &ClusterMirrorSpec) -> Vec<Invalid> {
         out.push(invalid(e.field.clone(), e.to_string()));
     }
     let groups = &spec.sync.consumer_groups;
-    if let Err(e) =
-        Selector::compile(&groups.include, &groups.exclude, "spec.sync.consumerGroups", true)
-    {
+    if let Err(e) = Selector::compile(
+        &groups.include,
+        &groups.exclude,
+        "spec.sync.consumerGroups",
+        true,
+    ) {
         out.push(invalid(e.field.clone(), e.to_string()));
     }
     match parse_duration(&spec.sync.interval) {
@@ -109,7 +119,10 @@ pub fn mirror_topic(spec: &MirrorTopicSpec) -> Vec<Invalid> {
         ("spec.destinationTopic", spec.destination_topic.as_deref()),
     ] {
         if matches!(topic, Some("." | "..")) {
-            out.push(invalid(field, "\".\" and \"..\" are not valid Kafka topic names"));
+            out.push(invalid(
+                field,
+                "\".\" and \"..\" are not valid Kafka topic names",
+            ));
         }
     }
     out
@@ -135,19 +148,31 @@ mod tests {
         assert_eq!(s.sync.interval, "30s");
         assert_eq!(s.fetcher.partitions_per_pod, 1);
         assert_eq!(s.state_topic, "__kmirror_state");
-        assert!(s.sync.topic_configs.exclude.contains(&"min.insync.replicas".to_string()));
+        assert!(
+            s.sync
+                .topic_configs
+                .exclude
+                .contains(&"min.insync.replicas".to_string())
+        );
     }
 
     #[test]
     fn reports_each_problem_with_its_field() {
         let mut s = spec();
         s.topics = TopicSelection {
-            include: vec![NameFilter { regex: Some("(".into()), ..Default::default() }],
+            include: vec![NameFilter {
+                regex: Some("(".into()),
+                ..Default::default()
+            }],
             exclude: vec![],
         };
         s.sync.interval = "500ms".into();
-        s.source.properties.insert("sasl.password".into(), "x".into());
-        s.fetcher.producer_properties.insert("ssl.keystore.password".into(), "x".into());
+        s.source
+            .properties
+            .insert("sasl.password".into(), "x".into());
+        s.fetcher
+            .producer_properties
+            .insert("ssl.keystore.password".into(), "x".into());
         s.destination.bootstrap_servers = "b:0".into();
         let problems = cluster_mirror(&s);
         let fields: Vec<_> = problems.iter().map(|p| p.field.as_str()).collect();
@@ -167,8 +192,10 @@ mod tests {
     #[test]
     fn bad_group_regex_and_interval_syntax() {
         let mut s = spec();
-        s.sync.consumer_groups.exclude =
-            vec![NameFilter { regex: Some("[a-".into()), ..Default::default() }];
+        s.sync.consumer_groups.exclude = vec![NameFilter {
+            regex: Some("[a-".into()),
+            ..Default::default()
+        }];
         s.sync.interval = "soon".into();
         let problems = cluster_mirror(&s);
         assert_eq!(problems.len(), 2, "{problems:?}");
@@ -186,6 +213,9 @@ mod tests {
         t.failover.drain_timeout = "forever".into();
         t.destination_topic = Some("..".into());
         let fields: Vec<_> = mirror_topic(&t).into_iter().map(|p| p.field).collect();
-        assert_eq!(fields, vec!["spec.failover.drainTimeout", "spec.destinationTopic"]);
+        assert_eq!(
+            fields,
+            vec!["spec.failover.drainTimeout", "spec.destinationTopic"]
+        );
     }
 }

@@ -4,7 +4,9 @@ use std::path::Path;
 
 #[test]
 fn committed_crds_match_the_types() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(kmirror_crds::crdgen::CRD_PATH);
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(kmirror_crds::crdgen::CRD_PATH);
     let committed = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
     assert!(

@@ -12,11 +12,15 @@ pub async fn create(client: &kube::Client, prefix: &str) -> anyhow::Result<Strin
     let ns: Namespace = serde_json::from_value(serde_json::json!({
         "metadata": {"name": name, "labels": {"kmirror.io/test": "true"}}
     }))?;
-    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await?;
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await?;
     Ok(name)
 }
 
 /// Deletes a namespace (the namespace controller removes its content in the background).
 pub async fn delete(client: &kube::Client, name: &str) {
-    let _ = Api::<Namespace>::all(client.clone()).delete(name, &DeleteParams::default()).await;
+    let _ = Api::<Namespace>::all(client.clone())
+        .delete(name, &DeleteParams::default())
+        .await;
 }

@@ -42,7 +42,8 @@ fn mirror_with(pointer: &str, value: Value) -> Value {
     let target = if parent.is_empty() {
         &mut spec
     } else {
-        spec.pointer_mut(parent).unwrap_or_else(|| panic!("no {parent}"))
+        spec.pointer_mut(parent)
+            .unwrap_or_else(|| panic!("no {parent}"))
     };
     target[key] = value;
     spec
@@ -57,7 +58,10 @@ fn rejection(result: Result<DynamicObject, kube::Error>, case: &str) -> String {
     match result {
         Ok(_) => panic!("{case}: the apiserver accepted an invalid object"),
         Err(kube::Error::Api(status)) => {
-            assert_eq!(status.code, 422, "{case}: expected 422 Invalid, got {status:?}");
+            assert_eq!(
+                status.code, 422,
+                "{case}: expected 422 Invalid, got {status:?}"
+            );
             status.message
         }
         Err(e) => panic!("{case}: unexpected error {e}"),
@@ -76,7 +80,10 @@ async fn invalid_objects_are_rejected_with_clear_messages() {
     let cases: Vec<(&str, Value, &str)> = vec![
         (
             "source equals destination",
-            mirror_with("/destination", json!({"bootstrapServers": "127.0.0.1:19092"})),
+            mirror_with(
+                "/destination",
+                json!({"bootstrapServers": "127.0.0.1:19092"}),
+            ),
             "source and destination must be different clusters",
         ),
         (
@@ -86,12 +93,18 @@ async fn invalid_objects_are_rejected_with_clear_messages() {
         ),
         (
             "client certificate without key",
-            mirror_with("/source/tls", json!({"clientCert": {"name": "s", "key": "tls.crt"}})),
+            mirror_with(
+                "/source/tls",
+                json!({"clientCert": {"name": "s", "key": "tls.crt"}}),
+            ),
             "tls.clientCert and tls.clientKey must be given together",
         ),
         (
             "SCRAM without password",
-            mirror_with("/source/sasl", json!({"mechanism": "SCRAM-SHA-512", "username": "u"})),
+            mirror_with(
+                "/source/sasl",
+                json!({"mechanism": "SCRAM-SHA-512", "username": "u"}),
+            ),
             "PLAIN and SCRAM need a password Secret",
         ),
         (
@@ -111,8 +124,11 @@ async fn invalid_objects_are_rejected_with_clear_messages() {
         ),
         (
             "unknown SASL mechanism",
-            mirror_with("/source/sasl", json!({"mechanism": "GSSAPI", "username": "u",
-                "password": {"name": "s", "key": "pw"}})),
+            mirror_with(
+                "/source/sasl",
+                json!({"mechanism": "GSSAPI", "username": "u",
+                "password": {"name": "s", "key": "pw"}}),
+            ),
             "Unsupported value: \"GSSAPI\"",
         ),
         (
@@ -122,7 +138,10 @@ async fn invalid_objects_are_rejected_with_clear_messages() {
         ),
         (
             "filter with name and prefix",
-            mirror_with("/topics", json!({"include": [{"name": "a", "prefix": "b"}]})),
+            mirror_with(
+                "/topics",
+                json!({"include": [{"name": "a", "prefix": "b"}]}),
+            ),
             "a filter sets exactly one of name, prefix or regex",
         ),
         (
@@ -159,7 +178,10 @@ async fn invalid_objects_are_rejected_with_clear_messages() {
     assert!(cases.len() >= 10);
     for (case, spec, expected) in cases {
         let message = rejection(create(&mirrors, mirror("bad", spec)).await, case);
-        assert!(message.contains(expected), "{case}: message {message:?} lacks {expected:?}");
+        assert!(
+            message.contains(expected),
+            "{case}: message {message:?} lacks {expected:?}"
+        );
     }
 
     let topic_cases: Vec<(&str, Value, &str)> = vec![
@@ -178,11 +200,18 @@ async fn invalid_objects_are_rejected_with_clear_messages() {
             json!({"mirror": "m", "sourceTopic": "t", "failover": {"mode": "Later"}}),
             "Unsupported value: \"Later\"",
         ),
-        ("missing mirror", json!({"sourceTopic": "t"}), "spec.mirror: Required value"),
+        (
+            "missing mirror",
+            json!({"sourceTopic": "t"}),
+            "spec.mirror: Required value",
+        ),
     ];
     for (case, spec, expected) in topic_cases {
         let message = rejection(create(&topics, topic("bad", spec)).await, case);
-        assert!(message.contains(expected), "{case}: message {message:?} lacks {expected:?}");
+        assert!(
+            message.contains(expected),
+            "{case}: message {message:?} lacks {expected:?}"
+        );
     }
     namespace::delete(&client, &ns).await;
 }
@@ -196,7 +225,10 @@ async fn forbidden_updates_are_refused_and_allowed_ones_pass() {
     let topics = api(&client, &ns, "MirrorTopic");
     create(
         &topics,
-        topic("orders", json!({"mirror": "m", "sourceTopic": "orders", "destinationTopic": "orders-copy"})),
+        topic(
+            "orders",
+            json!({"mirror": "m", "sourceTopic": "orders", "destinationTopic": "orders-copy"}),
+        ),
     )
     .await
     .expect("a valid MirrorTopic is accepted");
@@ -205,27 +237,59 @@ async fn forbidden_updates_are_refused_and_allowed_ones_pass() {
         let topics = topics.clone();
         async move {
             topics
-                .patch("orders", &PatchParams::default(), &Patch::Merge(json!({"spec": spec})))
+                .patch(
+                    "orders",
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"spec": spec})),
+                )
                 .await
         }
     };
     let refused: Vec<(&str, Value, &str)> = vec![
-        ("change the source topic", json!({"sourceTopic": "payments"}), "spec.sourceTopic is immutable"),
-        ("change the mirror", json!({"mirror": "other"}), "spec.mirror is immutable"),
-        ("change the destination topic", json!({"destinationTopic": "x"}), "spec.destinationTopic is immutable"),
-        ("invalid state", json!({"state": "Failover"}), "Unsupported value: \"Failover\""),
+        (
+            "change the source topic",
+            json!({"sourceTopic": "payments"}),
+            "spec.sourceTopic is immutable",
+        ),
+        (
+            "change the mirror",
+            json!({"mirror": "other"}),
+            "spec.mirror is immutable",
+        ),
+        (
+            "change the destination topic",
+            json!({"destinationTopic": "x"}),
+            "spec.destinationTopic is immutable",
+        ),
+        (
+            "invalid state",
+            json!({"state": "Failover"}),
+            "Unsupported value: \"Failover\"",
+        ),
     ];
     for (case, spec, expected) in refused {
         let message = rejection(patch(spec).await, case);
-        assert!(message.contains(expected), "{case}: message {message:?} lacks {expected:?}");
+        assert!(
+            message.contains(expected),
+            "{case}: message {message:?} lacks {expected:?}"
+        );
     }
 
     // Valid lifecycle changes pass; Stopped -> Paused does not.
-    patch(json!({"state": "Paused"})).await.expect("Mirroring -> Paused");
-    patch(json!({"state": "Stopped"})).await.expect("Paused -> Stopped");
+    patch(json!({"state": "Paused"}))
+        .await
+        .expect("Mirroring -> Paused");
+    patch(json!({"state": "Stopped"}))
+        .await
+        .expect("Paused -> Stopped");
     let message = rejection(patch(json!({"state": "Paused"})).await, "Stopped -> Paused");
-    assert!(message.contains("a Stopped topic cannot be Paused"), "{message}");
-    patch(json!({"state": "Mirroring"})).await.expect("Stopped -> Mirroring");
+    assert!(
+        message.contains("a Stopped topic cannot be Paused"),
+        "{message}"
+    );
+    patch(json!({"state": "Mirroring"}))
+        .await
+        .expect("Stopped -> Mirroring");
     namespace::delete(&client, &ns).await;
 }
 
@@ -259,8 +323,22 @@ async fn examples_apply_and_read_well_in_kubectl() {
     files.sort();
     assert!(files.len() >= 4, "examples/ holds {files:?}");
     for file in &files {
-        let out = kubectl(bed, &["apply", "--server-side", "-n", &ns, "-f", file.to_str().unwrap()]);
-        assert!(out.contains("serverside-applied"), "{}: {out}", file.display());
+        let out = kubectl(
+            bed,
+            &[
+                "apply",
+                "--server-side",
+                "-n",
+                &ns,
+                "-f",
+                file.to_str().unwrap(),
+            ],
+        );
+        assert!(
+            out.contains("serverside-applied"),
+            "{}: {out}",
+            file.display()
+        );
     }
 
     let explain = kubectl(bed, &["explain", "clustermirror.spec.sync.interval"]);
@@ -275,12 +353,25 @@ async fn examples_apply_and_read_well_in_kubectl() {
     }
     assert!(get.contains("minimal") && get.contains("filtered"), "{get}");
     let wide = kubectl(bed, &["get", "cmr", "-n", &ns, "-o", "wide"]);
-    assert!(wide.contains("127.0.0.1:19094"), "wide output shows the source: {wide}");
+    assert!(
+        wide.contains("127.0.0.1:19094"),
+        "wide output shows the source: {wide}"
+    );
     let get = kubectl(bed, &["get", "mt", "-n", &ns]);
-    for column in ["MIRROR", "SOURCE-TOPIC", "STATE", "PHASE", "MIRRORING", "MAX-LAG"] {
+    for column in [
+        "MIRROR",
+        "SOURCE-TOPIC",
+        "STATE",
+        "PHASE",
+        "MIRRORING",
+        "MAX-LAG",
+    ] {
         assert!(get.contains(column), "missing {column} in {get:?}");
     }
-    assert!(get.contains("Stopped"), "the failover example is Stopped: {get}");
+    assert!(
+        get.contains("Stopped"),
+        "the failover example is Stopped: {get}"
+    );
     let all = kubectl(bed, &["get", "kmirror", "-n", &ns]);
     assert!(
         all.contains("clustermirror.kmirror.io/minimal") && all.contains("mirrortopic.kmirror.io/"),

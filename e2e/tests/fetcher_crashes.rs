@@ -7,29 +7,46 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use kmirror_e2e::Testbed;
-use kmirror_e2e::fetcher::{FetcherProcess, destination_args, ensure_state_topic, recorded, source_args, verify, wait_until};
-use kmirror_e2e::kafka::{DestUser, Rng, create_topic, mixed_records, produce_all, unique_name, watermarks};
+use kmirror_e2e::fetcher::{
+    FetcherProcess, destination_args, ensure_state_topic, recorded, source_args, verify, wait_until,
+};
+use kmirror_e2e::kafka::{
+    DestUser, Rng, create_topic, mixed_records, produce_all, unique_name, watermarks,
+};
 use kmirror_fetcher::Isolation;
 use rdkafka::ClientConfig;
 
 fn args(bed: &Testbed, mirror: &str, topic: &str) -> Vec<String> {
-    let mut a: Vec<String> = ["--mirror", mirror, "--source-topic", topic, "--partitions", "0,1,2"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    let mut a: Vec<String> = [
+        "--mirror",
+        mirror,
+        "--source-topic",
+        topic,
+        "--partitions",
+        "0,1,2",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
     a.extend(source_args(bed));
     a.extend(destination_args(bed));
     a
 }
 
 /// Keeps producing batches to the source until stopped.
-fn background_producer(source: ClientConfig, topic: String, stop: Arc<AtomicBool>, batch: usize) -> JoinHandle<u64> {
+fn background_producer(
+    source: ClientConfig,
+    topic: String,
+    stop: Arc<AtomicBool>,
+    batch: usize,
+) -> JoinHandle<u64> {
     std::thread::spawn(move || {
         let mut seed = 1;
         let mut sent = 0u64;
         while !stop.load(Ordering::Relaxed) {
             let records = mixed_records(batch, 3, 0, seed);
-            produce_all(&source, &topic, &records, &[("compression.type", "lz4")]).expect("background produce");
+            produce_all(&source, &topic, &records, &[("compression.type", "lz4")])
+                .expect("background produce");
             sent += batch as u64;
             seed += 1;
         }
@@ -42,27 +59,58 @@ async fn setup(bed: &Testbed, prefix: &str) -> (ClientConfig, String, String) {
     let source = bed.source_config();
     let topic = unique_name(prefix);
     create_topic(&source, &topic, 3, &[]).await.unwrap();
-    create_topic(&bed.dest_config(DestUser::Admin), &topic, 3, &[]).await.unwrap();
+    create_topic(&bed.dest_config(DestUser::Admin), &topic, 3, &[])
+        .await
+        .unwrap();
     let mirror = format!("e2e/{topic}");
     (source, topic, mirror)
 }
 
-fn assert_exact_copy(bed: &Testbed, source: &ClientConfig, mirror: &str, topic: &str, expected_total: u64) {
+fn assert_exact_copy(
+    bed: &Testbed,
+    source: &ClientConfig,
+    mirror: &str,
+    topic: &str,
+    expected_total: u64,
+) {
     let mut total = 0;
     for p in 0..3 {
-        let report = verify(bed, source, mirror, topic, topic, p, Isolation::ReadCommitted);
+        let report = verify(
+            bed,
+            source,
+            mirror,
+            topic,
+            topic,
+            p,
+            Isolation::ReadCommitted,
+        );
         assert!(report.is_clean(), "partition {p}: {report:?}");
-        assert_eq!(report.trailing, 0, "partition {p}: duplicates at the end: {report:?}");
+        assert_eq!(
+            report.trailing, 0,
+            "partition {p}: duplicates at the end: {report:?}"
+        );
         assert!(report.offsets_identical, "partition {p}: {report:?}");
         total += report.matched;
     }
-    assert_eq!(total, expected_total, "every produced record is on the destination exactly once");
+    assert_eq!(
+        total, expected_total,
+        "every produced record is on the destination exactly once"
+    );
 }
 
 fn wait_caught_up(bed: &Testbed, source: &ClientConfig, topic: &str) {
-    wait_until("the destination to catch up", Duration::from_secs(180), || {
-        (0..3).all(|p| watermarks(source, topic, p).unwrap().1 == watermarks(&bed.dest_config(DestUser::Admin), topic, p).unwrap().1)
-    });
+    wait_until(
+        "the destination to catch up",
+        Duration::from_secs(180),
+        || {
+            (0..3).all(|p| {
+                watermarks(source, topic, p).unwrap().1
+                    == watermarks(&bed.dest_config(DestUser::Admin), topic, p)
+                        .unwrap()
+                        .1
+            })
+        },
+    );
 }
 
 #[tokio::test]
@@ -77,16 +125,34 @@ async fn sigkill_at_random_moments_loses_and_duplicates_nothing() {
     while kills < 12 {
         let mut fetcher = FetcherProcess::spawn(&args(bed, &mirror, &topic));
         // Let it copy something, then kill it at a random moment.
-        let before: i64 = (0..3).map(|p| watermarks(&dest, &topic, p).unwrap().1).sum();
+        let before: i64 = (0..3)
+            .map(|p| watermarks(&dest, &topic, p).unwrap().1)
+            .sum();
         let deadline = Instant::now() + Duration::from_secs(60);
-        while (0..3).map(|p| watermarks(&dest, &topic, p).unwrap().1).sum::<i64>() == before {
-            assert!(Instant::now() < deadline, "the fetcher made no progress: {}", fetcher.log_text());
-            assert!(fetcher.exited().is_none(), "the fetcher exited: {}", fetcher.log_text());
+        while (0..3)
+            .map(|p| watermarks(&dest, &topic, p).unwrap().1)
+            .sum::<i64>()
+            == before
+        {
+            assert!(
+                Instant::now() < deadline,
+                "the fetcher made no progress: {}",
+                fetcher.log_text()
+            );
+            assert!(
+                fetcher.exited().is_none(),
+                "the fetcher exited: {}",
+                fetcher.log_text()
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
         std::thread::sleep(Duration::from_millis(rng.below(1500)));
         fetcher.signal("KILL");
-        assert_eq!(fetcher.wait(Duration::from_secs(10)), None, "killed by SIGKILL");
+        assert_eq!(
+            fetcher.wait(Duration::from_secs(10)),
+            None,
+            "killed by SIGKILL"
+        );
         kills += 1;
     }
     stop.store(true, Ordering::Relaxed);
@@ -94,7 +160,12 @@ async fn sigkill_at_random_moments_loses_and_duplicates_nothing() {
     let mut fetcher = FetcherProcess::spawn(&args(bed, &mirror, &topic));
     wait_caught_up(bed, &source, &topic);
     fetcher.signal("TERM");
-    assert_eq!(fetcher.wait(Duration::from_secs(30)), Some(0), "{}", fetcher.log_text());
+    assert_eq!(
+        fetcher.wait(Duration::from_secs(30)),
+        Some(0),
+        "{}",
+        fetcher.log_text()
+    );
     eprintln!("{kills} SIGKILLs, {produced} records produced meanwhile");
     assert_exact_copy(bed, &source, &mirror, &topic, produced);
 }
@@ -111,7 +182,10 @@ async fn sigterm_under_load_exits_cleanly_and_resumes_exactly() {
     let mut fetcher = FetcherProcess::spawn(&args(bed, &mirror, &topic));
     let dest = bed.dest_config(DestUser::Admin);
     wait_until("mirroring under way", Duration::from_secs(60), || {
-        (0..3).map(|p| watermarks(&dest, &topic, p).unwrap().1).sum::<i64>() > 20_000
+        (0..3)
+            .map(|p| watermarks(&dest, &topic, p).unwrap().1)
+            .sum::<i64>()
+            > 20_000
     });
     let grace = Duration::from_secs(20);
     let t0 = Instant::now();
@@ -125,7 +199,10 @@ async fn sigterm_under_load_exits_cleanly_and_resumes_exactly() {
     for p in 0..3 {
         let position = recorded(bed, &mirror, &topic, p).position.unwrap();
         let (_, end) = watermarks(&dest, &topic, p).unwrap();
-        assert_eq!(position.destination_offset, end, "partition {p}: persisted position equals the log end");
+        assert_eq!(
+            position.destination_offset, end,
+            "partition {p}: persisted position equals the log end"
+        );
         assert_eq!(position.last_mirrored_offset, end - 1);
     }
     let mut fetcher = FetcherProcess::spawn(&args(bed, &mirror, &topic));

@@ -13,10 +13,7 @@ use rdkafka::util::Timeout;
 
 /// Produces `n` keyed records and returns their offsets.
 async fn produce(config: &ClientConfig, topic: &str, n: usize) -> Result<Vec<i64>, KafkaError> {
-    let producer: FutureProducer = config
-        .clone()
-        .set("message.timeout.ms", "15000")
-        .create()?;
+    let producer: FutureProducer = config.clone().set("message.timeout.ms", "15000").create()?;
     let mut offsets = Vec::new();
     for i in 0..n {
         let key = format!("k{i}");
@@ -45,7 +42,8 @@ fn consume(config: &ClientConfig, topic: &str, n: usize) -> anyhow::Result<Vec<S
     while values.len() < n && std::time::Instant::now() < deadline {
         if let Some(message) = consumer.poll(Duration::from_millis(200)) {
             let message = message?;
-            values.push(String::from_utf8_lossy(message.payload().unwrap_or_default()).into_owned());
+            values
+                .push(String::from_utf8_lossy(message.payload().unwrap_or_default()).into_owned());
         }
     }
     Ok(values)
@@ -53,7 +51,9 @@ fn consume(config: &ClientConfig, topic: &str, n: usize) -> anyhow::Result<Vec<S
 
 async fn round_trip(config: ClientConfig, admin: ClientConfig) {
     let topic = unique_name("testbed");
-    create_topic(&admin, &topic, 1, &[]).await.expect("create topic");
+    create_topic(&admin, &topic, 1, &[])
+        .await
+        .expect("create topic");
     let offsets = produce(&config, &topic, 5).await.expect("produce");
     assert_eq!(offsets, vec![0, 1, 2, 3, 4]);
     let values = consume(&config, &topic, 5).expect("consume");
@@ -76,7 +76,9 @@ async fn source_sasl_ssl_scram_round_trip_verifies_the_ca() {
     untrusted.remove("ssl.ca.location");
     let consumer: BaseConsumer = untrusted.create().expect("client");
     assert!(
-        consumer.fetch_metadata(None, Duration::from_secs(5)).is_err(),
+        consumer
+            .fetch_metadata(None, Duration::from_secs(5))
+            .is_err(),
         "a client that does not trust the bed's CA must not connect over TLS"
     );
 }
@@ -92,8 +94,16 @@ async fn destination_sasl_plain_and_scram_round_trip() {
     let bed = Testbed::get();
     let admin = bed.dest_config(DestUser::Admin);
     round_trip(bed.dest_config(DestUser::Admin), admin.clone()).await;
-    round_trip(bed.dest_config_with(DestUser::Mirror, "SCRAM-SHA-512"), admin.clone()).await;
-    round_trip(bed.dest_config_with(DestUser::Mirror, "SCRAM-SHA-256"), admin).await;
+    round_trip(
+        bed.dest_config_with(DestUser::Mirror, "SCRAM-SHA-512"),
+        admin.clone(),
+    )
+    .await;
+    round_trip(
+        bed.dest_config_with(DestUser::Mirror, "SCRAM-SHA-256"),
+        admin,
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -105,7 +115,9 @@ async fn app_needs_an_acl_to_produce_on_the_destination() {
         .expect("create topic");
 
     let app = bed.dest_config(DestUser::App);
-    let err = produce(&app, &topic, 1).await.expect_err("app has no ACL yet");
+    let err = produce(&app, &topic, 1)
+        .await
+        .expect_err("app has no ACL yet");
     assert_eq!(
         err.rdkafka_error_code(),
         Some(RDKafkaErrorCode::TopicAuthorizationFailed),

@@ -95,7 +95,8 @@ mod tests {
         let c = s.client_config().unwrap();
         assert_eq!(c.get("sasl.password"), Some("s3cret"));
         assert_eq!(c.get("bootstrap.servers"), Some("a:1"));
-        s.property_files.insert("sasl.username".into(), dir.join("missing"));
+        s.property_files
+            .insert("sasl.username".into(), dir.join("missing"));
         let err = s.client_config().unwrap_err();
         assert!(err.to_string().contains("sasl.username"), "{err}");
         assert!(!err.to_string().contains("s3cret"));

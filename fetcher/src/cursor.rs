@@ -52,7 +52,11 @@ impl Cursor {
     /// A cursor resuming at destination log end `dst_end` with `map`.
     pub fn resume(partition: i32, map: OffsetMap, dst_end: i64) -> Cursor {
         let next_src = map.dst_to_src(dst_end);
-        let last_mirrored_src = if dst_end > 0 { map.dst_to_src(dst_end - 1) } else { -1 };
+        let last_mirrored_src = if dst_end > 0 {
+            map.dst_to_src(dst_end - 1)
+        } else {
+            -1
+        };
         Cursor {
             partition,
             map,
@@ -126,7 +130,13 @@ mod tests {
     fn dense_records_keep_identity() {
         let mut c = Cursor::resume(0, OffsetMap::identity(), 0);
         for src in 0..5 {
-            assert_eq!(c.accept(src), Accept::Produce { expected_dst: src, gap: false });
+            assert_eq!(
+                c.accept(src),
+                Accept::Produce {
+                    expected_dst: src,
+                    gap: false
+                }
+            );
         }
         for dst in 0..5 {
             c.delivered(dst, dst).unwrap();
@@ -140,11 +150,29 @@ mod tests {
     #[test]
     fn gaps_extend_the_map_and_redeliveries_are_skipped() {
         let mut c = Cursor::resume(0, OffsetMap::identity(), 0);
-        assert_eq!(c.accept(0), Accept::Produce { expected_dst: 0, gap: false });
-        assert_eq!(c.accept(2), Accept::Produce { expected_dst: 1, gap: true });
+        assert_eq!(
+            c.accept(0),
+            Accept::Produce {
+                expected_dst: 0,
+                gap: false
+            }
+        );
+        assert_eq!(
+            c.accept(2),
+            Accept::Produce {
+                expected_dst: 1,
+                gap: true
+            }
+        );
         assert_eq!(c.accept(2), Accept::Skip);
         assert_eq!(c.accept(1), Accept::Skip);
-        assert_eq!(c.accept(3), Accept::Produce { expected_dst: 2, gap: false });
+        assert_eq!(
+            c.accept(3),
+            Accept::Produce {
+                expected_dst: 2,
+                gap: false
+            }
+        );
         c.delivered(0, 0).unwrap();
         c.delivered(1, 1).unwrap();
         assert_eq!(c.last_mirrored_src, 2);
@@ -158,7 +186,13 @@ mod tests {
         assert_eq!(c.next_src, 10);
         assert_eq!(c.last_mirrored_src, 9);
         c.accept(10);
-        assert_eq!(c.delivered(10, 11), Err(OffsetMismatch { expected: 10, actual: 11 }));
+        assert_eq!(
+            c.delivered(10, 11),
+            Err(OffsetMismatch {
+                expected: 10,
+                actual: 11
+            })
+        );
     }
 
     #[test]

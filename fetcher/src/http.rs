@@ -17,7 +17,10 @@ pub const LIVENESS_WINDOW: Duration = Duration::from_secs(60);
 
 async fn metrics(State(h): State<Arc<Handles>>) -> impl IntoResponse {
     (
-        [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
         h.metrics.encode(),
     )
 }

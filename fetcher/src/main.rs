@@ -27,7 +27,12 @@ struct Args {
     #[arg(long, env = "KMIRROR_DESTINATION_TOPIC")]
     destination_topic: Option<String>,
     /// Partitions to mirror, comma separated.
-    #[arg(long, env = "KMIRROR_PARTITIONS", value_delimiter = ',', required = true)]
+    #[arg(
+        long,
+        env = "KMIRROR_PARTITIONS",
+        value_delimiter = ',',
+        required = true
+    )]
     partitions: Vec<i32>,
     /// Source bootstrap servers.
     #[arg(long, env = "KMIRROR_SOURCE_BOOTSTRAP")]
@@ -60,10 +65,18 @@ struct Args {
     #[arg(long, env = "KMIRROR_THROTTLE_BYTES_PER_SECOND")]
     throttle_bytes_per_second: Option<u64>,
     /// `read_committed` or `read_uncommitted`.
-    #[arg(long, env = "KMIRROR_ISOLATION_LEVEL", default_value = "read_committed")]
+    #[arg(
+        long,
+        env = "KMIRROR_ISOLATION_LEVEL",
+        default_value = "read_committed"
+    )]
     isolation_level: String,
     /// Most placeholder records for prefix alignment.
-    #[arg(long, env = "KMIRROR_PREFIX_ALIGNMENT_LIMIT", default_value_t = 1_000_000)]
+    #[arg(
+        long,
+        env = "KMIRROR_PREFIX_ALIGNMENT_LIMIT",
+        default_value_t = 1_000_000
+    )]
     prefix_alignment_limit: i64,
     /// `fail` or `skip` when the source deleted records before they were mirrored.
     #[arg(long, env = "KMIRROR_ON_SOURCE_TRUNCATION", default_value = "fail")]
@@ -80,9 +93,13 @@ struct Args {
     /// How long the destination log end must stay unchanged before resuming, seconds.
     #[arg(long, default_value_t = 1.0)]
     startup_settle_seconds: f64,
-    /// Address of /metrics, /healthz, /readyz (`none` disables).
-    #[arg(long, env = "KMIRROR_HTTP_ADDR", default_value = "0.0.0.0:9464")]
-    http_addr: String,
+    /// Address of /metrics, /healthz, /readyz (`none` disables). Default: `$POD_IP` (or
+    /// 0.0.0.0) with `--http-port`.
+    #[arg(long, env = "KMIRROR_HTTP_ADDR")]
+    http_addr: Option<String>,
+    /// Port of the HTTP endpoints when `--http-addr` is not given.
+    #[arg(long, env = "KMIRROR_HTTP_PORT", default_value_t = 9464)]
+    http_port: u16,
     /// Name written into position records (defaults to $POD_NAME or the host name).
     #[arg(long, env = "POD_NAME")]
     writer: Option<String>,
@@ -91,7 +108,11 @@ struct Args {
     log_format: String,
 }
 
-fn settings(bootstrap: &str, props: &[String], files: &[String]) -> anyhow::Result<ClusterSettings> {
+fn settings(
+    bootstrap: &str,
+    props: &[String],
+    files: &[String],
+) -> anyhow::Result<ClusterSettings> {
     let mut s = ClusterSettings::new(bootstrap);
     s.properties = ClusterSettings::parse_pairs(props).map_err(anyhow::Error::msg)?;
     s.property_files = ClusterSettings::parse_pairs(files)
@@ -103,22 +124,28 @@ fn settings(bootstrap: &str, props: &[String], files: &[String]) -> anyhow::Resu
 }
 
 fn config(args: &Args) -> anyhow::Result<FetcherConfig> {
-    let mut source = settings(&args.source_bootstrap, &args.source_properties, &args.source_property_files)?;
-    source
-        .properties
-        .extend(ClusterSettings::parse_pairs(&args.consumer_properties).map_err(anyhow::Error::msg)?);
+    let mut source = settings(
+        &args.source_bootstrap,
+        &args.source_properties,
+        &args.source_property_files,
+    )?;
+    source.properties.extend(
+        ClusterSettings::parse_pairs(&args.consumer_properties).map_err(anyhow::Error::msg)?,
+    );
     let mut destination = settings(
         &args.destination_bootstrap,
         &args.destination_properties,
         &args.destination_property_files,
     )?;
-    destination
-        .properties
-        .extend(ClusterSettings::parse_pairs(&args.producer_properties).map_err(anyhow::Error::msg)?);
+    destination.properties.extend(
+        ClusterSettings::parse_pairs(&args.producer_properties).map_err(anyhow::Error::msg)?,
+    );
     let mut c = FetcherConfig::new(
         &args.mirror,
         &args.source_topic,
-        args.destination_topic.clone().unwrap_or_else(|| args.source_topic.clone()),
+        args.destination_topic
+            .clone()
+            .unwrap_or_else(|| args.source_topic.clone()),
         args.partitions.clone(),
         source,
         destination,
@@ -128,7 +155,9 @@ fn config(args: &Args) -> anyhow::Result<FetcherConfig> {
     c.isolation = match args.isolation_level.as_str() {
         "read_committed" => Isolation::ReadCommitted,
         "read_uncommitted" => Isolation::ReadUncommitted,
-        other => bail!("--isolation-level must be read_committed or read_uncommitted, not {other:?}"),
+        other => {
+            bail!("--isolation-level must be read_committed or read_uncommitted, not {other:?}")
+        }
     };
     c.prefix_alignment_limit = args.prefix_alignment_limit;
     c.on_source_truncation = match args.on_source_truncation.as_str() {
@@ -140,7 +169,10 @@ fn config(args: &Args) -> anyhow::Result<FetcherConfig> {
     c.metadata_refresh = Duration::from_secs_f64(args.metadata_refresh_seconds);
     c.shutdown_timeout = Duration::from_secs_f64(args.shutdown_timeout_seconds);
     c.startup_settle = Duration::from_secs_f64(args.startup_settle_seconds);
-    c.writer = args.writer.clone().or_else(|| std::env::var("HOSTNAME").ok());
+    c.writer = args
+        .writer
+        .clone()
+        .or_else(|| std::env::var("HOSTNAME").ok());
     Ok(c)
 }
 
@@ -160,9 +192,15 @@ fn main() {
         .enable_all()
         .build()
         .expect("tokio runtime");
-    let http_addr = args.http_addr.clone();
+    let http_addr = args.http_addr.clone().unwrap_or_else(|| {
+        let ip = std::env::var("POD_IP").unwrap_or_else(|_| "0.0.0.0".to_string());
+        format!("{ip}:{}", args.http_port)
+    });
     if http_addr != "none" {
-        let addr: SocketAddr = match http_addr.parse().with_context(|| format!("--http-addr {http_addr:?}")) {
+        let addr: SocketAddr = match http_addr
+            .parse()
+            .with_context(|| format!("--http-addr {http_addr:?}"))
+        {
             Ok(a) => a,
             Err(e) => {
                 tracing::error!("{e:#}");
@@ -178,7 +216,8 @@ fn main() {
     }
     let shutdown = handles.shutdown.clone();
     runtime.spawn(async move {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("SIGTERM handler");
         tokio::select! {
             _ = term.recv() => {}
             _ = tokio::signal::ctrl_c() => {}

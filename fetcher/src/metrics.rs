@@ -72,18 +72,46 @@ impl FetcherMetrics {
         let last_mirrored_offset = Family::<PartitionLabels, Gauge>::default();
         let state = Family::<StateLabels, Gauge>::default();
         let gaps = Family::<PartitionLabels, Counter>::default();
-        registry.register("records", "Records copied to the destination", records.clone());
-        registry.register("bytes", "Bytes copied (keys, values, headers)", bytes.clone());
-        registry.register("lag_records", "Records the destination is behind", lag_records.clone());
-        registry.register("lag_seconds", "Age of the newest mirrored record while behind", lag_seconds.clone());
+        registry.register(
+            "records",
+            "Records copied to the destination",
+            records.clone(),
+        );
+        registry.register(
+            "bytes",
+            "Bytes copied (keys, values, headers)",
+            bytes.clone(),
+        );
+        registry.register(
+            "lag_records",
+            "Records the destination is behind",
+            lag_records.clone(),
+        );
+        registry.register(
+            "lag_seconds",
+            "Age of the newest mirrored record while behind",
+            lag_seconds.clone(),
+        );
         registry.register(
             "offsets_identical",
             "1 when every destination offset equals its source offset",
             offsets_identical.clone(),
         );
-        registry.register("last_mirrored_offset", "Last source offset on the destination", last_mirrored_offset.clone());
-        registry.register("partition_state", "1 for the partition's current lifecycle state", state.clone());
-        registry.register("gaps", "Source offset gaps recorded in the offset map", gaps.clone());
+        registry.register(
+            "last_mirrored_offset",
+            "Last source offset on the destination",
+            last_mirrored_offset.clone(),
+        );
+        registry.register(
+            "partition_state",
+            "1 for the partition's current lifecycle state",
+            state.clone(),
+        );
+        registry.register(
+            "gaps",
+            "Source offset gaps recorded in the offset map",
+            gaps.clone(),
+        );
         FetcherMetrics {
             registry,
             records,

@@ -59,7 +59,9 @@ impl OffsetMap {
         for pair in segments.windows(2) {
             let (a, b) = (pair[0], pair[1]);
             if b.dst < a.dst || b.src <= a.src || b.src - a.src < b.dst - a.dst {
-                return Err(format!("offset map segments out of order: {a:?} then {b:?}"));
+                return Err(format!(
+                    "offset map segments out of order: {a:?} then {b:?}"
+                ));
             }
         }
         Ok(OffsetMap { segments })
@@ -98,7 +100,9 @@ impl OffsetMap {
     }
 
     fn segment_for_dst(&self, dst: i64) -> usize {
-        self.segments.partition_point(|s| s.dst <= dst).saturating_sub(1)
+        self.segments
+            .partition_point(|s| s.dst <= dst)
+            .saturating_sub(1)
     }
 
     /// The source offset of the record at destination offset `dst` (or, for the destination
@@ -149,7 +153,16 @@ mod tests {
         assert!(map.record_gap(4, 3));
         assert!(map.record_gap(10, 5));
         assert!(!map.is_identity());
-        let pairs = [(0, 0), (1, 1), (2, 2), (4, 3), (5, 4), (10, 5), (11, 6), (20, 15)];
+        let pairs = [
+            (0, 0),
+            (1, 1),
+            (2, 2),
+            (4, 3),
+            (5, 4),
+            (10, 5),
+            (11, 6),
+            (20, 15),
+        ];
         for (src, dst) in pairs {
             assert_eq!(map.src_to_dst(src), dst, "src {src}");
             assert_eq!(map.dst_to_src(dst), src, "dst {dst}");
@@ -178,7 +191,11 @@ mod tests {
     fn written_ahead_segment_without_records_resumes_at_its_source() {
         let mut map = OffsetMap::identity();
         map.record_gap(10, 8); // persisted before record 10 was produced
-        assert_eq!(map.dst_to_src(8), 10, "destination log end 8 resumes at source 10");
+        assert_eq!(
+            map.dst_to_src(8),
+            10,
+            "destination log end 8 resumes at source 10"
+        );
         assert_eq!(map.dst_to_src(7), 7);
     }
 
@@ -186,8 +203,14 @@ mod tests {
     fn rejects_inconsistent_segments() {
         assert!(OffsetMap::from_segments(vec![]).is_err());
         let bad = vec![Segment { src: 0, dst: 0 }, Segment { src: 5, dst: 9 }];
-        assert!(OffsetMap::from_segments(bad).is_err(), "two sources on one destination");
+        assert!(
+            OffsetMap::from_segments(bad).is_err(),
+            "two sources on one destination"
+        );
         let good = vec![Segment { src: 0, dst: 0 }, Segment { src: 5, dst: 3 }];
-        assert_eq!(OffsetMap::from_segments(good.clone()).unwrap().segments(), &good[..]);
+        assert_eq!(
+            OffsetMap::from_segments(good.clone()).unwrap().segments(),
+            &good[..]
+        );
     }
 }

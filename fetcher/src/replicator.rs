@@ -225,12 +225,20 @@ fn record_start_failure(config: &FetcherConfig, stop: &Stop) -> Result<(), Stop>
     let records = state_store::load(
         &destination,
         &config.state_topic,
-        |k| k.kind == RecordKind::Position && k.mirror == config.mirror && k.topic == config.source_topic,
+        |k| {
+            k.kind == RecordKind::Position
+                && k.mirror == config.mirror
+                && k.topic == config.source_topic
+        },
         Duration::from_secs(30),
     )?;
     let writer = StateWriter::new(&destination, &config.state_topic)?;
     for &partition in &config.partitions {
-        let key = (config.mirror.clone(), config.source_topic.clone(), partition);
+        let key = (
+            config.mirror.clone(),
+            config.source_topic.clone(),
+            partition,
+        );
         let mut position = records
             .get(&key)
             .and_then(|r| r.position.clone())
@@ -240,10 +248,18 @@ fn record_start_failure(config: &FetcherConfig, stop: &Stop) -> Result<(), Stop>
                 ..Default::default()
             });
         position.status = FetcherStatus::Failed;
-        position.error = Some(FetcherError { reason: stop.reason, message: stop.message.clone() });
+        position.error = Some(FetcherError {
+            reason: stop.reason,
+            message: stop.message.clone(),
+        });
         position.writer = config.writer.clone();
         position.updated_at_ms = now_ms();
-        let key = StateKey::new(RecordKind::Position, &config.mirror, &config.source_topic, partition);
+        let key = StateKey::new(
+            RecordKind::Position,
+            &config.mirror,
+            &config.source_topic,
+            partition,
+        );
         writer.send(&key, Some(&position))?;
     }
     writer.flush(Duration::from_secs(10))?;
@@ -252,7 +268,11 @@ fn record_start_failure(config: &FetcherConfig, stop: &Stop) -> Result<(), Stop>
 
 fn source_consumer_config(config: &FetcherConfig) -> Result<ClientConfig, Stop> {
     let mut c = config.source.client_config()?;
-    set_default(&mut c, "group.id", &format!("kmirror-fetcher.{}", config.mirror));
+    set_default(
+        &mut c,
+        "group.id",
+        &format!("kmirror-fetcher.{}", config.mirror),
+    );
     set_default(&mut c, "fetch.max.bytes", "52428800");
     set_default(&mut c, "max.partition.fetch.bytes", "8388608");
     set_default(&mut c, "fetch.wait.max.ms", "100");
@@ -290,12 +310,15 @@ impl<'a> Fetcher<'a> {
         let consumer: BaseConsumer = source_config.create()?;
         let producer: BaseProducer<DeliveryContext> =
             producer_config(config)?.create_with_context(DeliveryContext::default())?;
-        let source_admin: AdminClient<DefaultClientContext> = config.source.client_config()?.create()?;
+        let source_admin: AdminClient<DefaultClientContext> =
+            config.source.client_config()?.create()?;
         let state = StateWriter::new(&destination_config, &config.state_topic)?;
         let source_cluster_id = consumer
             .client()
             .fetch_cluster_id(ADMIN_TIMEOUT)
-            .ok_or_else(|| Stop::error("the source cluster did not report a cluster ID (unreachable?)"))?;
+            .ok_or_else(|| {
+                Stop::error("the source cluster did not report a cluster ID (unreachable?)")
+            })?;
         let mut fetcher = Fetcher {
             config,
             handles,
@@ -325,19 +348,29 @@ impl<'a> Fetcher<'a> {
         )?;
         for &partition in &config.partitions {
             let recorded = records
-                .get(&(config.mirror.clone(), config.source_topic.clone(), partition))
+                .get(&(
+                    config.mirror.clone(),
+                    config.source_topic.clone(),
+                    partition,
+                ))
                 .cloned()
                 .unwrap_or_default();
             fetcher.prepare_partition(partition, &recorded)?;
         }
         let mut tpl = TopicPartitionList::new();
         for (p, unit) in &fetcher.units {
-            tpl.add_partition_offset(&config.source_topic, *p, Offset::Offset(unit.cursor.next_src))?;
+            tpl.add_partition_offset(
+                &config.source_topic,
+                *p,
+                Offset::Offset(unit.cursor.next_src),
+            )?;
         }
         fetcher.consumer.assign(&tpl)?;
         for unit in fetcher.units.values_mut() {
             unit.position_dirty = true;
-            handles.metrics.set_state(&unit.labels, PartitionState::Mirroring);
+            handles
+                .metrics
+                .set_state(&unit.labels, PartitionState::Mirroring);
         }
         fetcher.persist_positions(FetcherStatus::Running, None)?;
         handles.health.ready.store(true, Ordering::Relaxed);
@@ -359,7 +392,12 @@ impl<'a> Fetcher<'a> {
         let description = describe_topics(self.source_admin.inner(), &[topic], ADMIN_TIMEOUT)?
             .pop()
             .flatten()
-            .ok_or_else(|| Stop::new(StopReason::SourceTopicDeleted, format!("source topic {topic} does not exist")))?;
+            .ok_or_else(|| {
+                Stop::new(
+                    StopReason::SourceTopicDeleted,
+                    format!("source topic {topic} does not exist"),
+                )
+            })?;
         if let Some(&p) = self
             .config
             .partitions
@@ -392,7 +430,12 @@ impl<'a> Fetcher<'a> {
             if now.1 == last.1 {
                 return Ok(now);
             }
-            tracing::warn!(partition, from = last.1, to = now.1, "destination log end still moving; waiting");
+            tracing::warn!(
+                partition,
+                from = last.1,
+                to = now.1,
+                "destination log end still moving; waiting"
+            );
             last = now;
         }
         Err(Stop::error(format!(
@@ -409,15 +452,23 @@ impl<'a> Fetcher<'a> {
         reader
             .fetch_watermarks(&self.config.destination_topic, partition, ADMIN_TIMEOUT)
             .map_err(|e| match e {
-                KafkaError::MetadataFetch(RDKafkaErrorCode::UnknownTopicOrPartition) => Stop::error(format!(
-                    "destination topic {} (partition {partition}) does not exist",
-                    self.config.destination_topic
+                KafkaError::MetadataFetch(RDKafkaErrorCode::UnknownTopicOrPartition) => {
+                    Stop::error(format!(
+                        "destination topic {} (partition {partition}) does not exist",
+                        self.config.destination_topic
+                    ))
+                }
+                e => Stop::error(format!(
+                    "destination watermarks of partition {partition}: {e}"
                 )),
-                e => Stop::error(format!("destination watermarks of partition {partition}: {e}")),
             })
     }
 
-    fn prepare_partition(&mut self, partition: i32, recorded: &PartitionRecords) -> Result<(), Stop> {
+    fn prepare_partition(
+        &mut self,
+        partition: i32,
+        recorded: &PartitionRecords,
+    ) -> Result<(), Stop> {
         let config = self.config;
         let position = recorded.position.as_ref();
         if let Some(p) = position {
@@ -444,9 +495,9 @@ impl<'a> Fetcher<'a> {
             }
         }
         let (_, dst_end) = self.settled_destination_watermarks(partition)?;
-        let (src_low, src_high) = self
-            .consumer
-            .fetch_watermarks(&config.source_topic, partition, ADMIN_TIMEOUT)?;
+        let (src_low, src_high) =
+            self.consumer
+                .fetch_watermarks(&config.source_topic, partition, ADMIN_TIMEOUT)?;
         let mut prefix = position.and_then(|p| p.prefix_alignment);
         let map = match position {
             Some(_) => recorded.offset_map().map_err(Stop::error)?,
@@ -483,7 +534,10 @@ impl<'a> Fetcher<'a> {
             cursor: Cursor::resume(partition, map, dst_end),
             labels,
             sealed_chunks: 0,
-            persisted_chunks: recorded.position.as_ref().map_or(0, |p| p.map_chunks as usize),
+            persisted_chunks: recorded
+                .position
+                .as_ref()
+                .map_or(0, |p| p.map_chunks as usize),
             prefix,
             high_watermark: None,
             source_position: 0,
@@ -531,20 +585,33 @@ impl<'a> Fetcher<'a> {
     /// destination log starts where the source log starts and offsets stay identical.
     fn align_prefix(&mut self, partition: i32, target: i64) -> Result<(), Stop> {
         let from = self.units[&partition].cursor.next_dst;
-        tracing::info!(partition, target, from, "aligning an empty destination with a source log starting above 0");
+        tracing::info!(
+            partition,
+            target,
+            from,
+            "aligning an empty destination with a source log starting above 0"
+        );
         let headers = OwnedHeaders::new().insert(Header {
             key: PLACEHOLDER_HEADER,
             value: Some(b"1".as_slice()),
         });
         loop {
-            let unit = self.units.get_mut(&partition).expect("unit inserted before alignment");
+            let unit = self
+                .units
+                .get_mut(&partition)
+                .expect("unit inserted before alignment");
             if unit.cursor.next_dst >= target {
                 break;
             }
             let expected = unit.cursor.accept_placeholder();
             let mut record = BaseRecord::<(), [u8], Box<Pending>>::with_opaque_to(
                 &self.config.destination_topic,
-                Box::new(Pending { partition, expected_dst: expected, bytes: 0, timestamp: None }),
+                Box::new(Pending {
+                    partition,
+                    expected_dst: expected,
+                    bytes: 0,
+                    timestamp: None,
+                }),
             )
             .partition(partition)
             .payload(&[][..])
@@ -566,10 +633,17 @@ impl<'a> Fetcher<'a> {
         self.flush_producer(Duration::from_secs(120))?;
         let admin: AdminClient<DefaultClientContext> = self.destination_config.create()?;
         let mut tpl = TopicPartitionList::new();
-        tpl.add_partition_offset(&self.config.destination_topic, partition, Offset::Offset(target))?;
+        tpl.add_partition_offset(
+            &self.config.destination_topic,
+            partition,
+            Offset::Offset(target),
+        )?;
         let options = AdminOptions::new().operation_timeout(Some(ADMIN_TIMEOUT));
         futures::executor::block_on(admin.delete_records(&tpl, &options))?;
-        let unit = self.units.get_mut(&partition).expect("unit inserted before alignment");
+        let unit = self
+            .units
+            .get_mut(&partition)
+            .expect("unit inserted before alignment");
         unit.prefix = Some(PrefixAlignment { target, done: true });
         unit.cursor = Cursor::resume(partition, unit.cursor.map.clone(), target);
         self.write_position(&self.units[&partition], FetcherStatus::Running, None)?;
@@ -594,7 +668,13 @@ impl<'a> Fetcher<'a> {
             dst_last,
             ADMIN_TIMEOUT,
         )?;
-        let source = read_record_at(&self.source_config, &self.config.source_topic, partition, src, ADMIN_TIMEOUT)?;
+        let source = read_record_at(
+            &self.source_config,
+            &self.config.source_topic,
+            partition,
+            src,
+            ADMIN_TIMEOUT,
+        )?;
         match (destination, source) {
             (Some(d), Some(s)) if d.offset == dst_last && s.offset == src => {
                 if !d.same_content(&s) {
@@ -608,7 +688,12 @@ impl<'a> Fetcher<'a> {
                     ));
                 }
             }
-            _ => tracing::info!(partition, dst_last, src, "last record not comparable (compacted or deleted); skipping the check"),
+            _ => tracing::info!(
+                partition,
+                dst_last,
+                src,
+                "last record not comparable (compacted or deleted); skipping the check"
+            ),
         }
         Ok(())
     }
@@ -634,7 +719,12 @@ impl<'a> Fetcher<'a> {
         }
     }
 
-    fn write_position(&self, unit: &Unit, status: FetcherStatus, error: Option<FetcherError>) -> Result<(), Stop> {
+    fn write_position(
+        &self,
+        unit: &Unit,
+        status: FetcherStatus,
+        error: Option<FetcherError>,
+    ) -> Result<(), Stop> {
         let cursor = &unit.cursor;
         let chunks = map_to_chunks(&cursor.map).len().max(unit.persisted_chunks) as u32;
         let record = PositionRecord {
@@ -655,7 +745,12 @@ impl<'a> Fetcher<'a> {
             writer: self.config.writer.clone(),
             updated_at_ms: now_ms(),
         };
-        let key = StateKey::new(RecordKind::Position, &self.config.mirror, &self.config.source_topic, cursor.partition);
+        let key = StateKey::new(
+            RecordKind::Position,
+            &self.config.mirror,
+            &self.config.source_topic,
+            cursor.partition,
+        );
         self.state.send(&key, Some(&record))?;
         Ok(())
     }
@@ -665,7 +760,11 @@ impl<'a> Fetcher<'a> {
         persist_map(&self.state, self.config, unit)
     }
 
-    fn persist_positions(&mut self, status: FetcherStatus, error: Option<FetcherError>) -> Result<(), Stop> {
+    fn persist_positions(
+        &mut self,
+        status: FetcherStatus,
+        error: Option<FetcherError>,
+    ) -> Result<(), Stop> {
         for unit in self.units.values() {
             if unit.position_dirty || status != FetcherStatus::Running {
                 self.write_position(unit, status, error.clone())?;
@@ -687,7 +786,16 @@ impl<'a> Fetcher<'a> {
         let mut truncation_check = false;
         let mut identity_check = false;
         {
-            let Fetcher { consumer, producer, units, state, config, handles, throttle, .. } = self;
+            let Fetcher {
+                consumer,
+                producer,
+                units,
+                state,
+                config,
+                handles,
+                throttle,
+                ..
+            } = self;
             let mut batch: Vec<BorrowedMessage<'_>> = Vec::new();
             let mut bytes = 0usize;
             let mut timeout = wait;
@@ -698,7 +806,9 @@ impl<'a> Fetcher<'a> {
                         bytes += message_size(&m);
                         batch.push(m);
                     }
-                    Some(Err(KafkaError::MessageConsumption(RDKafkaErrorCode::AutoOffsetReset))) => {
+                    Some(Err(KafkaError::MessageConsumption(
+                        RDKafkaErrorCode::AutoOffsetReset,
+                    ))) => {
                         truncation_check = true;
                         break;
                     }
@@ -719,9 +829,9 @@ impl<'a> Fetcher<'a> {
             let mut decisions = Vec::with_capacity(batch.len());
             let mut gaps: Vec<i32> = Vec::new();
             for m in &batch {
-                let unit = units
-                    .get_mut(&m.partition())
-                    .ok_or_else(|| Stop::error(format!("record from unowned partition {}", m.partition())))?;
+                let unit = units.get_mut(&m.partition()).ok_or_else(|| {
+                    Stop::error(format!("record from unowned partition {}", m.partition()))
+                })?;
                 let decision = unit.cursor.accept(m.offset());
                 if let Accept::Produce { gap: true, .. } = decision {
                     handles.metrics.gaps.get_or_create(&unit.labels).inc();
@@ -735,7 +845,11 @@ impl<'a> Fetcher<'a> {
                 let unit = units.get_mut(&p).expect("owned partition");
                 persist_map(state, config, unit)?;
             }
-            if !decisions.is_empty() && decisions.iter().any(|d| matches!(d, Accept::Produce { gap: true, .. })) {
+            if !decisions.is_empty()
+                && decisions
+                    .iter()
+                    .any(|d| matches!(d, Accept::Produce { gap: true, .. }))
+            {
                 state.flush(ADMIN_TIMEOUT)?;
             }
             // Pass 2: produce.
@@ -751,7 +865,10 @@ impl<'a> Fetcher<'a> {
                     timestamp: timestamp_ms(m.timestamp()),
                 });
                 let headers = m.headers().map(|h| {
-                    h.iter().fold(OwnedHeaders::new_with_capacity(h.count()), |acc, h| acc.insert(h))
+                    h.iter()
+                        .fold(OwnedHeaders::new_with_capacity(h.count()), |acc, h| {
+                            acc.insert(h)
+                        })
                 });
                 let mut record = BaseRecord::<[u8], [u8], Box<Pending>>::with_opaque_to(
                     &config.destination_topic,
@@ -811,7 +928,9 @@ impl<'a> Fetcher<'a> {
     fn check_source_truncation(&mut self) -> Result<(), Stop> {
         let partitions: Vec<i32> = self.units.keys().copied().collect();
         for p in partitions {
-            let (low, high) = self.consumer.fetch_watermarks(&self.config.source_topic, p, ADMIN_TIMEOUT)?;
+            let (low, high) =
+                self.consumer
+                    .fetch_watermarks(&self.config.source_topic, p, ADMIN_TIMEOUT)?;
             let next_src = self.units[&p].cursor.next_src;
             if next_src > high {
                 return Err(self.beyond_source_end(p, next_src, high));
@@ -827,7 +946,9 @@ impl<'a> Fetcher<'a> {
             if result? {
                 let mut tpl = TopicPartitionList::new();
                 tpl.add_partition_offset(&self.config.source_topic, p, Offset::Offset(next_src))?;
-                self.consumer.incremental_assign(&tpl).or_else(|_| self.consumer.assign(&tpl))?;
+                self.consumer
+                    .incremental_assign(&tpl)
+                    .or_else(|_| self.consumer.assign(&tpl))?;
             }
         }
         Ok(())
@@ -840,7 +961,10 @@ impl<'a> Fetcher<'a> {
         {
             return Err(Stop::new(
                 StopReason::SourceClusterChanged,
-                format!("the source cluster ID changed from {} to {id}", self.source_cluster_id),
+                format!(
+                    "the source cluster ID changed from {} to {id}",
+                    self.source_cluster_id
+                ),
             ));
         }
         let topic_id = self.describe_source()?;
@@ -885,7 +1009,11 @@ impl<'a> Fetcher<'a> {
                 unit.source_position = next;
                 unit.position_dirty = true;
             }
-            if let Ok((_, high)) = self.consumer.fetch_watermarks(&self.config.source_topic, *p, Duration::from_secs(5)) {
+            if let Ok((_, high)) = self.consumer.fetch_watermarks(
+                &self.config.source_topic,
+                *p,
+                Duration::from_secs(5),
+            ) {
                 if unit.high_watermark != Some(high) {
                     unit.position_dirty = true;
                 }
@@ -950,14 +1078,31 @@ impl<'a> Fetcher<'a> {
 
     /// Ends the run: flush what can be flushed, persist the final positions with the outcome.
     fn finish(mut self, result: Result<(), Stop>) -> Outcome {
-        let flush_budget = self.config.shutdown_timeout.saturating_sub(Duration::from_secs(3));
+        let flush_budget = self
+            .config
+            .shutdown_timeout
+            .saturating_sub(Duration::from_secs(3));
         let flushed = self.flush_producer(flush_budget);
         let (status, error, outcome) = match (result, flushed) {
             (Ok(()), Ok(())) => (FetcherStatus::Stopped, None, Outcome::Stopped),
             (Ok(()), Err(stop)) | (Err(stop), _) => {
-                let status = if stop.reason.retryable() { FetcherStatus::Stopped } else { FetcherStatus::Failed };
-                let error = FetcherError { reason: stop.reason, message: stop.message.clone() };
-                (status, Some(error), Outcome::Failed { reason: stop.reason, message: stop.message })
+                let status = if stop.reason.retryable() {
+                    FetcherStatus::Stopped
+                } else {
+                    FetcherStatus::Failed
+                };
+                let error = FetcherError {
+                    reason: stop.reason,
+                    message: stop.message.clone(),
+                };
+                (
+                    status,
+                    Some(error),
+                    Outcome::Failed {
+                        reason: stop.reason,
+                        message: stop.message,
+                    },
+                )
             }
         };
         if let Outcome::Failed { reason, message } = &outcome {
@@ -971,7 +1116,11 @@ impl<'a> Fetcher<'a> {
             tracing::warn!(error = %e.message, "could not persist the final position (the destination log remains the checkpoint)");
         }
         for unit in self.units.values() {
-            let state = if status == FetcherStatus::Failed { PartitionState::Failed } else { PartitionState::Stopped };
+            let state = if status == FetcherStatus::Failed {
+                PartitionState::Failed
+            } else {
+                PartitionState::Stopped
+            };
             self.handles.metrics.set_state(&unit.labels, state);
         }
         outcome
@@ -982,7 +1131,11 @@ fn message_size(m: &BorrowedMessage<'_>) -> usize {
     m.key().map_or(0, <[u8]>::len)
         + m.payload().map_or(0, <[u8]>::len)
         + m.headers()
-            .map(|h| h.iter().map(|h| h.key.len() + h.value.map_or(0, <[u8]>::len)).sum::<usize>())
+            .map(|h| {
+                h.iter()
+                    .map(|h| h.key.len() + h.value.map_or(0, <[u8]>::len))
+                    .sum::<usize>()
+            })
             .unwrap_or(0)
 }
 
@@ -990,7 +1143,12 @@ fn message_size(m: &BorrowedMessage<'_>) -> usize {
 fn persist_map(state: &StateWriter, config: &FetcherConfig, unit: &mut Unit) -> Result<(), Stop> {
     let chunks = map_to_chunks(&unit.cursor.map);
     for (i, chunk) in chunks.iter().enumerate().skip(unit.sealed_chunks) {
-        let key = StateKey::map_chunk(&config.mirror, &config.source_topic, unit.cursor.partition, i as u32);
+        let key = StateKey::map_chunk(
+            &config.mirror,
+            &config.source_topic,
+            unit.cursor.partition,
+            i as u32,
+        );
         state.send(&key, Some(chunk))?;
     }
     unit.persisted_chunks = chunks.len();
@@ -1006,16 +1164,25 @@ fn drain(
     handles: &Handles,
     config: &FetcherConfig,
 ) -> Result<(), Stop> {
-    let deliveries = std::mem::take(&mut *producer.context().deliveries.lock().unwrap_or_else(|p| p.into_inner()));
+    let deliveries = std::mem::take(
+        &mut *producer
+            .context()
+            .deliveries
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()),
+    );
     let metrics = &handles.metrics;
     for delivery in deliveries {
         let p = delivery.pending;
-        let unit = units
-            .get_mut(&p.partition)
-            .ok_or_else(|| Stop::error(format!("delivery for unowned partition {}", p.partition)))?;
-        let actual = delivery
-            .result
-            .map_err(|e| Stop::error(format!("writing to {}[{}] failed: {e}", config.destination_topic, p.partition)))?;
+        let unit = units.get_mut(&p.partition).ok_or_else(|| {
+            Stop::error(format!("delivery for unowned partition {}", p.partition))
+        })?;
+        let actual = delivery.result.map_err(|e| {
+            Stop::error(format!(
+                "writing to {}[{}] failed: {e}",
+                config.destination_topic, p.partition
+            ))
+        })?;
         unit.cursor.delivered(p.expected_dst, actual).map_err(|m| {
             Stop::new(
                 StopReason::ForeignWrite,
@@ -1029,7 +1196,10 @@ fn drain(
         if p.timestamp.is_some() || p.bytes > 0 {
             unit.records += 1;
             metrics.records.get_or_create(&unit.labels).inc();
-            metrics.bytes.get_or_create(&unit.labels).inc_by(p.bytes as u64);
+            metrics
+                .bytes
+                .get_or_create(&unit.labels)
+                .inc_by(p.bytes as u64);
             unit.last_timestamp = p.timestamp.or(unit.last_timestamp);
         }
         unit.position_dirty = true;

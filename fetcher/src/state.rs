@@ -260,7 +260,9 @@ pub struct PartitionStateRecord {
 pub fn map_to_chunks(map: &OffsetMap) -> Vec<MapChunk> {
     map.segments()
         .chunks(MAP_CHUNK_SEGMENTS)
-        .map(|c| MapChunk { segments: c.to_vec() })
+        .map(|c| MapChunk {
+            segments: c.to_vec(),
+        })
         .collect()
 }
 
@@ -309,7 +311,8 @@ impl PartitionRecords {
                 self.chunks.remove(&key.chunk.unwrap_or(0));
             }
             (RecordKind::Map, Some(v)) => {
-                self.chunks.insert(key.chunk.unwrap_or(0), serde_json::from_slice(v)?);
+                self.chunks
+                    .insert(key.chunk.unwrap_or(0), serde_json::from_slice(v)?);
             }
         }
         Ok(())
@@ -338,7 +341,11 @@ mod tests {
         assert_eq!(StateKey::parse(&k.to_bytes()), Some(k));
         assert_eq!(StateKey::parse(b"not json"), None);
         let m = StateKey::map_chunk("ns/m", "orders", 3, 2);
-        assert!(String::from_utf8(m.to_bytes()).unwrap().ends_with(r#""partition":3,"chunk":2}"#));
+        assert!(
+            String::from_utf8(m.to_bytes())
+                .unwrap()
+                .ends_with(r#""partition":3,"chunk":2}"#)
+        );
     }
 
     #[test]
@@ -351,10 +358,17 @@ mod tests {
         }
         let chunks = map_to_chunks(&map);
         assert_eq!(chunks.len(), 3);
-        let by_number: BTreeMap<u32, MapChunk> =
-            chunks.into_iter().enumerate().map(|(i, c)| (i as u32, c)).collect();
+        let by_number: BTreeMap<u32, MapChunk> = chunks
+            .into_iter()
+            .enumerate()
+            .map(|(i, c)| (i as u32, c))
+            .collect();
         assert_eq!(map_from_chunks(&by_number, 3).unwrap(), map);
-        assert!(map_from_chunks(&by_number, 4).unwrap_err().contains("chunk 3 of 4 is missing"));
+        assert!(
+            map_from_chunks(&by_number, 4)
+                .unwrap_err()
+                .contains("chunk 3 of 4 is missing")
+        );
     }
 
     #[test]
@@ -369,7 +383,9 @@ mod tests {
             offsets_identical: true,
             ..Default::default()
         };
-        records.apply(&key, Some(&serde_json::to_vec(&position).unwrap())).unwrap();
+        records
+            .apply(&key, Some(&serde_json::to_vec(&position).unwrap()))
+            .unwrap();
         assert_eq!(records.position.as_ref().unwrap().last_mirrored_offset, 41);
         records.apply(&key, None).unwrap();
         assert!(records.position.is_none());

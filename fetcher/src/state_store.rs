@@ -50,7 +50,10 @@ pub type UnitId = (String, String, i32);
 /// Creates the compacted state topic when it does not exist (one partition; replication from
 /// the destination's defaults).
 pub fn ensure_state_topic(config: &ClientConfig, topic: &str) -> Result<(), StateError> {
-    let kafka = |source| StateError::Kafka { topic: topic.to_string(), source };
+    let kafka = |source| StateError::Kafka {
+        topic: topic.to_string(),
+        source,
+    };
     let admin: AdminClient<DefaultClientContext> = config.create().map_err(kafka)?;
     let new = NewTopic::new(topic, 1, TopicReplication::Fixed(-1))
         .set("cleanup.policy", "compact")
@@ -79,7 +82,10 @@ pub fn load(
     wanted: impl Fn(&StateKey) -> bool,
     timeout: Duration,
 ) -> Result<BTreeMap<UnitId, PartitionRecords>, StateError> {
-    let kafka = |source| StateError::Kafka { topic: topic.to_string(), source };
+    let kafka = |source| StateError::Kafka {
+        topic: topic.to_string(),
+        source,
+    };
     let consumer: BaseConsumer = config
         .clone()
         .set("group.id", "kmirror-state-reader")
@@ -103,10 +109,13 @@ pub fn load(
     let mut ends = BTreeMap::new();
     let mut tpl = TopicPartitionList::new();
     for &p in &partitions {
-        let (low, high) = consumer.fetch_watermarks(topic, p, timeout).map_err(kafka)?;
+        let (low, high) = consumer
+            .fetch_watermarks(topic, p, timeout)
+            .map_err(kafka)?;
         if high > low {
             ends.insert(p, high);
-            tpl.add_partition_offset(topic, p, Offset::Offset(low)).map_err(kafka)?;
+            tpl.add_partition_offset(topic, p, Offset::Offset(low))
+                .map_err(kafka)?;
         }
     }
     let mut units: BTreeMap<UnitId, PartitionRecords> = BTreeMap::new();
@@ -176,8 +185,14 @@ impl StateWriter {
             .set("linger.ms", "0")
             .set("message.timeout.ms", "30000")
             .create_with_context(WriterContext::default())
-            .map_err(|source| StateError::Kafka { topic: topic.to_string(), source })?;
-        Ok(StateWriter { producer, topic: topic.to_string() })
+            .map_err(|source| StateError::Kafka {
+                topic: topic.to_string(),
+                source,
+            })?;
+        Ok(StateWriter {
+            producer,
+            topic: topic.to_string(),
+        })
     }
 
     /// Enqueues a record (`None`: tombstone). Call [`StateWriter::flush`] to make it durable.
@@ -197,7 +212,10 @@ impl StateWriter {
                     record = r;
                 }
                 Err((source, _)) => {
-                    return Err(StateError::Kafka { topic: self.topic.clone(), source });
+                    return Err(StateError::Kafka {
+                        topic: self.topic.clone(),
+                        source,
+                    });
                 }
             }
         }
@@ -207,11 +225,23 @@ impl StateWriter {
     pub fn flush(&self, timeout: Duration) -> Result<(), StateError> {
         self.producer
             .flush(timeout)
-            .map_err(|source| StateError::Kafka { topic: self.topic.clone(), source })?;
-        let failure = self.producer.context().failure.lock().unwrap_or_else(|p| p.into_inner()).take();
+            .map_err(|source| StateError::Kafka {
+                topic: self.topic.clone(),
+                source,
+            })?;
+        let failure = self
+            .producer
+            .context()
+            .failure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
         match failure {
             None => Ok(()),
-            Some(message) => Err(StateError::Delivery { topic: self.topic.clone(), message }),
+            Some(message) => Err(StateError::Delivery {
+                topic: self.topic.clone(),
+                message,
+            }),
         }
     }
 

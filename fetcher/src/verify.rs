@@ -72,7 +72,12 @@ struct Reader {
 }
 
 impl Reader {
-    fn open(side: &Side, partition: i32, isolation: Isolation, timeout: Duration) -> Result<Reader, KafkaError> {
+    fn open(
+        side: &Side,
+        partition: i32,
+        isolation: Isolation,
+        timeout: Duration,
+    ) -> Result<Reader, KafkaError> {
         let consumer: BaseConsumer = side
             .config
             .clone()
@@ -100,12 +105,19 @@ impl Reader {
     fn peek(&mut self) -> Result<Option<&RecordData>, KafkaError> {
         while self.next.is_none() && !self.done {
             if Instant::now() > self.deadline {
-                return Err(KafkaError::MessageConsumption(rdkafka::types::RDKafkaErrorCode::OperationTimedOut));
+                return Err(KafkaError::MessageConsumption(
+                    rdkafka::types::RDKafkaErrorCode::OperationTimedOut,
+                ));
             }
             match self.consumer.poll(Duration::from_millis(500)) {
                 None => {}
                 Some(Err(KafkaError::PartitionEOF(_))) => {
-                    let position = self.consumer.position()?.elements().first().map(|e| e.offset());
+                    let position = self
+                        .consumer
+                        .position()?
+                        .elements()
+                        .first()
+                        .map(|e| e.offset());
                     if let Some(Offset::Offset(o)) = position
                         && o >= self.end
                     {

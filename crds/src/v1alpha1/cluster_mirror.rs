@@ -42,14 +42,42 @@ pub const DEFAULT_CONFIG_EXCLUDES: &[&str] = &[
     shortname = "cmr",
     category = "kmirror",
     doc = "A mirror from a source Kafka cluster to a destination Kafka cluster.",
-    printcolumn(name = "Source", type_ = "string", json_path = ".spec.source.bootstrapServers", priority = 1),
-    printcolumn(name = "Destination", type_ = "string", json_path = ".spec.destination.bootstrapServers", priority = 1),
-    printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
+    printcolumn(
+        name = "Source",
+        type_ = "string",
+        json_path = ".spec.source.bootstrapServers",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Destination",
+        type_ = "string",
+        json_path = ".spec.destination.bootstrapServers",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
     printcolumn(name = "Topics", type_ = "integer", json_path = ".status.topics"),
-    printcolumn(name = "Mirroring", type_ = "string", json_path = ".status.partitionsSummary", description = "partitions mirroring / total"),
+    printcolumn(
+        name = "Mirroring",
+        type_ = "string",
+        json_path = ".status.partitionsSummary",
+        description = "partitions mirroring / total"
+    ),
     printcolumn(name = "Max-Lag", type_ = "integer", json_path = ".status.maxLag"),
-    printcolumn(name = "Reason", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].reason", priority = 1),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Reason",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].reason",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = kube::core::Rule::new("self.source.bootstrapServers != self.destination.bootstrapServers")
@@ -78,7 +106,9 @@ pub struct ClusterMirrorSpec {
     /// mirror that copied in the other direction. Its last mirrored offsets are read from the
     /// source cluster's state topic so that only the delta is copied back.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?/[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"))]
+    #[schemars(regex(
+        pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?/[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+    ))]
     pub reverse_of: Option<String>,
 }
 
@@ -180,7 +210,10 @@ impl Default for ConfigSync {
 }
 
 fn default_config_excludes() -> Vec<String> {
-    DEFAULT_CONFIG_EXCLUDES.iter().map(|s| s.to_string()).collect()
+    DEFAULT_CONFIG_EXCLUDES
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
 }
 
 /// Consumer-group offset sync.

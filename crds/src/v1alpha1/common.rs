@@ -22,7 +22,10 @@ pub fn conditions_schema(generator: &mut schemars::SchemaGenerator) -> schemars:
     let mut schema = generator.subschema_for::<Vec<Condition>>();
     let object = schema.ensure_object();
     object.insert("x-kubernetes-list-type".into(), "map".into());
-    object.insert("x-kubernetes-list-map-keys".into(), serde_json::json!(["type"]));
+    object.insert(
+        "x-kubernetes-list-map-keys".into(),
+        serde_json::json!(["type"]),
+    );
     schema
 }
 

@@ -29,7 +29,10 @@ pub const SECRET_PROPERTIES: &[&str] = &[
 ).message("properties must not set secrets or connection basics (passwords, keys, JAAS config, bootstrap.servers, security.protocol): use bootstrapServers and the tls/sasl blocks with Secret references").reason(kube::core::Reason::FieldValueForbidden))]
 pub struct KafkaConnection {
     /// Comma-separated `host:port` list of brokers to bootstrap from.
-    #[schemars(length(min = 1, max = 4096), regex(pattern = r"^[^,\s:]+:[0-9]{1,5}(,[^,\s:]+:[0-9]{1,5})*$"))]
+    #[schemars(
+        length(min = 1, max = 4096),
+        regex(pattern = r"^[^,\s:]+:[0-9]{1,5}(,[^,\s:]+:[0-9]{1,5})*$")
+    )]
     pub bootstrap_servers: String,
     /// The Kafka cluster ID this connection must reach. When set, a cluster reporting another ID
     /// is a hard failure (protects against pointing a mirror at the wrong cluster).

@@ -22,13 +22,31 @@ use super::partition::PartitionStatus;
     category = "kmirror",
     doc = "A topic mirrored by a ClusterMirror; set spec.state to Stopped to fail it over.",
     printcolumn(name = "Mirror", type_ = "string", json_path = ".spec.mirror"),
-    printcolumn(name = "Source-Topic", type_ = "string", json_path = ".spec.sourceTopic"),
+    printcolumn(
+        name = "Source-Topic",
+        type_ = "string",
+        json_path = ".spec.sourceTopic"
+    ),
     printcolumn(name = "State", type_ = "string", json_path = ".spec.state"),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
-    printcolumn(name = "Mirroring", type_ = "string", json_path = ".status.partitionsSummary", description = "partitions mirroring / total"),
+    printcolumn(
+        name = "Mirroring",
+        type_ = "string",
+        json_path = ".status.partitionsSummary",
+        description = "partitions mirroring / total"
+    ),
     printcolumn(name = "Max-Lag", type_ = "integer", json_path = ".status.maxLag"),
-    printcolumn(name = "Identical", type_ = "boolean", json_path = ".status.offsetsIdentical", priority = 1),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Identical",
+        type_ = "boolean",
+        json_path = ".status.offsetsIdentical",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(
@@ -173,7 +191,10 @@ fn partitions_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Sch
     let mut schema = generator.subschema_for::<Vec<PartitionStatus>>();
     let object = schema.ensure_object();
     object.insert("x-kubernetes-list-type".into(), "map".into());
-    object.insert("x-kubernetes-list-map-keys".into(), serde_json::json!(["partition"]));
+    object.insert(
+        "x-kubernetes-list-map-keys".into(),
+        serde_json::json!(["partition"]),
+    );
     schema
 }
 

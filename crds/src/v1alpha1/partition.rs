@@ -13,9 +13,21 @@ use serde::{Deserialize, Serialize};
 ///               ▼  │          ▼          ▼
 ///             STOPPING ◀──────┴──────────┘ ─▶ STOPPED ─▶ PREPARING (mirror again)
 ///  any ─▶ FAILED ─▶ PREPARING (retry with backoff, unless non-retryable)
+///         FAILED ─▶ STOPPING (failover stays possible)
 /// ```
 #[derive(
-    Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema,
+    Serialize,
+    Deserialize,
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    JsonSchema,
 )]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum PartitionState {
@@ -74,7 +86,8 @@ impl PartitionState {
             Preparing => matches!(self, Unknown | Stopped | Failed | Paused),
             Mirroring => self == Preparing,
             Paused => self == Mirroring,
-            Stopping => matches!(self, Preparing | Mirroring | Paused),
+            // Failover must stay possible from FAILED (e.g. the source is broken for good).
+            Stopping => matches!(self, Preparing | Mirroring | Paused | Failed),
             Stopped => self == Stopping,
             Failed => true,
         }
@@ -175,6 +188,7 @@ mod tests {
             (Failed, Preparing),
             (Mirroring, Failed),
             (Stopped, Failed),
+            (Failed, Stopping),
         ];
         for (from, to) in allowed {
             assert!(from.can_transition_to(to), "{from} -> {to} must be allowed");
@@ -190,7 +204,10 @@ mod tests {
             (Stopping, Mirroring),
         ];
         for (from, to) in refused {
-            assert!(!from.can_transition_to(to), "{from} -> {to} must be refused");
+            assert!(
+                !from.can_transition_to(to),
+                "{from} -> {to} must be refused"
+            );
         }
     }
 

@@ -54,7 +54,11 @@ struct Args {
     timeout_seconds: u64,
 }
 
-fn settings(bootstrap: &str, props: &[String], files: &[String]) -> Result<ClusterSettings, String> {
+fn settings(
+    bootstrap: &str,
+    props: &[String],
+    files: &[String],
+) -> Result<ClusterSettings, String> {
     let mut s = ClusterSettings::new(bootstrap);
     s.properties = ClusterSettings::parse_pairs(props)?;
     s.property_files = ClusterSettings::parse_pairs(files)?
@@ -65,7 +69,11 @@ fn settings(bootstrap: &str, props: &[String], files: &[String]) -> Result<Clust
 }
 
 fn run(args: Args) -> Result<bool, String> {
-    let source = settings(&args.source_bootstrap, &args.source_properties, &args.source_property_files)?;
+    let source = settings(
+        &args.source_bootstrap,
+        &args.source_properties,
+        &args.source_property_files,
+    )?;
     let destination = settings(
         &args.destination_bootstrap,
         &args.destination_properties,
@@ -86,14 +94,27 @@ fn run(args: Args) -> Result<bool, String> {
         partitions = units.keys().map(|(_, _, p)| *p).collect();
     }
     if partitions.is_empty() {
-        return Err(format!("no state recorded for mirror {} topic {}", args.mirror, args.source_topic));
+        return Err(format!(
+            "no state recorded for mirror {} topic {}",
+            args.mirror, args.source_topic
+        ));
     }
-    let source = Side { config: source, topic: args.source_topic.clone() };
+    let source = Side {
+        config: source,
+        topic: args.source_topic.clone(),
+    };
     let destination = Side {
         config: destination,
-        topic: args.destination_topic.clone().unwrap_or_else(|| args.source_topic.clone()),
+        topic: args
+            .destination_topic
+            .clone()
+            .unwrap_or_else(|| args.source_topic.clone()),
     };
-    let isolation = if args.read_uncommitted { Isolation::ReadUncommitted } else { Isolation::ReadCommitted };
+    let isolation = if args.read_uncommitted {
+        Isolation::ReadUncommitted
+    } else {
+        Isolation::ReadCommitted
+    };
     let mut clean = true;
     for p in partitions {
         let map = units
@@ -101,9 +122,13 @@ fn run(args: Args) -> Result<bool, String> {
             .map(|r| r.offset_map())
             .transpose()?
             .unwrap_or_default();
-        let report = verify_partition(&source, &destination, p, &map, isolation, timeout).map_err(|e| e.to_string())?;
+        let report = verify_partition(&source, &destination, p, &map, isolation, timeout)
+            .map_err(|e| e.to_string())?;
         clean &= report.is_clean();
-        println!("{}", serde_json::to_string(&report).expect("report serializes"));
+        println!(
+            "{}",
+            serde_json::to_string(&report).expect("report serializes")
+        );
     }
     Ok(clean)
 }

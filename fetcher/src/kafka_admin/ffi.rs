@@ -85,7 +85,8 @@ impl Options {
     ) -> Result<Options, AdminError> {
         // SAFETY: native_ptr is live; the options are destroyed by Drop.
         let ptr = unsafe { sys::rd_kafka_AdminOptions_new(client.native_ptr(), op) };
-        let options = Options(NonNull::new(ptr).ok_or_else(|| AdminError::Unsupported(format!("{op:?}")))?);
+        let options =
+            Options(NonNull::new(ptr).ok_or_else(|| AdminError::Unsupported(format!("{op:?}")))?);
         let mut errstr = [0 as c_char; 256];
         let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
         // SAFETY: options live; errstr is a writable buffer of the given size.
@@ -129,7 +130,9 @@ pub(super) unsafe fn cstr(ptr: *const c_char) -> String {
         return String::new();
     }
     // SAFETY: guaranteed by the caller.
-    unsafe { CStr::from_ptr(ptr) }.to_string_lossy().into_owned()
+    unsafe { CStr::from_ptr(ptr) }
+        .to_string_lossy()
+        .into_owned()
 }
 
 /// A C string for an argument; interior NULs are an invalid argument.
@@ -141,7 +144,9 @@ pub(super) fn c_string(s: &str) -> Result<CString, AdminError> {
 ///
 /// # Safety
 /// `err` must be null or a valid error owned by a live result.
-pub(super) unsafe fn error_of(err: *const sys::rd_kafka_error_t) -> Option<(RDKafkaErrorCode, String)> {
+pub(super) unsafe fn error_of(
+    err: *const sys::rd_kafka_error_t,
+) -> Option<(RDKafkaErrorCode, String)> {
     if err.is_null() {
         return None;
     }

@@ -45,7 +45,8 @@ pub fn describe_topics<C: ClientContext>(
     // SAFETY: the name pointers outlive the collection, which librdkafka copies; the collection
     // is destroyed after the call has copied it.
     unsafe {
-        let collection = sys::rd_kafka_TopicCollection_of_topic_names(ptrs.as_mut_ptr(), ptrs.len());
+        let collection =
+            sys::rd_kafka_TopicCollection_of_topic_names(ptrs.as_mut_ptr(), ptrs.len());
         sys::rd_kafka_DescribeTopics(client.native_ptr(), collection, options.ptr(), queue.ptr());
         sys::rd_kafka_TopicCollection_destroy(collection);
     }
@@ -56,10 +57,15 @@ pub fn describe_topics<C: ClientContext>(
     unsafe {
         let result = sys::rd_kafka_event_DescribeTopics_result(event.ptr());
         if result.is_null() {
-            return Err(AdminError::Unsupported("DescribeTopics result missing".into()));
+            return Err(AdminError::Unsupported(
+                "DescribeTopics result missing".into(),
+            ));
         }
         let mut count = 0usize;
-        let descriptions = array(sys::rd_kafka_DescribeTopics_result_topics(result, &mut count), count);
+        let descriptions = array(
+            sys::rd_kafka_DescribeTopics_result_topics(result, &mut count),
+            count,
+        );
         let mut found = Vec::with_capacity(descriptions.len());
         for &d in descriptions {
             let name = cstr(sys::rd_kafka_TopicDescription_name(d));
@@ -68,21 +74,37 @@ pub fn describe_topics<C: ClientContext>(
                     found.push((name, None));
                     continue;
                 }
-                return Err(AdminError::Kafka { code, message: format!("topic {name}: {message}") });
+                return Err(AdminError::Kafka {
+                    code,
+                    message: format!("topic {name}: {message}"),
+                });
             }
             let uuid = sys::rd_kafka_TopicDescription_topic_id(d);
             let topic_id = if uuid.is_null() {
                 None
             } else {
-                Some(cstr(sys::rd_kafka_Uuid_base64str(uuid))).filter(|id| id != ZERO_UUID && !id.is_empty())
+                Some(cstr(sys::rd_kafka_Uuid_base64str(uuid)))
+                    .filter(|id| id != ZERO_UUID && !id.is_empty())
             };
             let mut partitions = 0usize;
             sys::rd_kafka_TopicDescription_partitions(d, &mut partitions);
-            found.push((name.clone(), Some(TopicDescription { name, topic_id, partitions })));
+            found.push((
+                name.clone(),
+                Some(TopicDescription {
+                    name,
+                    topic_id,
+                    partitions,
+                }),
+            ));
         }
         Ok(names
             .iter()
-            .map(|n| found.iter().find(|(name, _)| name == n).and_then(|(_, d)| d.clone()))
+            .map(|n| {
+                found
+                    .iter()
+                    .find(|(name, _)| name == n)
+                    .and_then(|(_, d)| d.clone())
+            })
             .collect())
     }
 }
