@@ -355,13 +355,13 @@ pub fn read_all(
     use rdkafka::Message;
     use rdkafka::consumer::{BaseConsumer, Consumer};
     let (low, high) = watermarks(config, topic, partition)?;
-    let consumer: BaseConsumer = config
+    let consumer: BaseConsumer<kmirror_fetcher::quiet::QuietEof> = config
         .clone()
         .set("group.id", "kmirror-e2e-reader")
         .set("enable.auto.commit", "false")
         .set("isolation.level", isolation)
         .set("enable.partition.eof", "true")
-        .create()?;
+        .create_with_context(kmirror_fetcher::quiet::QuietEof)?;
     let mut tpl = rdkafka::TopicPartitionList::new();
     tpl.add_partition_offset(topic, partition, rdkafka::Offset::Offset(low))?;
     consumer.assign(&tpl)?;

@@ -12,6 +12,7 @@ pub mod kafka_admin;
 pub mod logging;
 pub mod metrics;
 pub mod offset_map;
+pub mod quiet;
 pub mod records;
 pub mod replicator;
 pub mod state;

@@ -86,14 +86,14 @@ pub fn read_record_at(
     offset: i64,
     timeout: Duration,
 ) -> Result<Option<RecordData>, KafkaError> {
-    let consumer: BaseConsumer = config
+    let consumer: BaseConsumer<crate::quiet::QuietEof> = config
         .clone()
         .set("group.id", "kmirror-record-reader")
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
         .set("enable.partition.eof", "true")
         .set("auto.offset.reset", "latest")
-        .create()?;
+        .create_with_context(crate::quiet::QuietEof)?;
     let mut tpl = TopicPartitionList::new();
     tpl.add_partition_offset(topic, partition, Offset::Offset(offset))?;
     consumer.assign(&tpl)?;

@@ -177,6 +177,7 @@ struct Unit {
     /// Next source offset accounting for offsets the consumer skipped (transaction markers,
     /// aborted records) once everything before them is confirmed.
     source_position: i64,
+    lag_seconds: f64,
     last_timestamp: Option<i64>,
     records: u64,
     position_dirty: bool,
@@ -541,6 +542,7 @@ impl<'a> Fetcher<'a> {
             prefix,
             high_watermark: None,
             source_position: 0,
+            lag_seconds: 0.0,
             last_timestamp: None,
             records: 0,
             position_dirty: true,
@@ -741,6 +743,7 @@ impl<'a> Fetcher<'a> {
             error,
             source_high_watermark: unit.high_watermark,
             source_position: Some(unit.source_position.max(cursor.confirmed_next_src())),
+            lag_seconds: Some(unit.lag_seconds),
             records_mirrored: unit.records,
             writer: self.config.writer.clone(),
             updated_at_ms: now_ms(),
@@ -1025,6 +1028,7 @@ impl<'a> Fetcher<'a> {
                     (_, Some(ts)) => ((now_ms() - ts) as f64 / 1000.0).max(0.0),
                 };
                 metrics.lag_seconds.get_or_create(&unit.labels).set(seconds);
+                unit.lag_seconds = seconds;
             }
             metrics
                 .offsets_identical

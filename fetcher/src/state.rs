@@ -31,6 +31,8 @@ pub enum RecordKind {
     Position,
     /// Offset-map chunk, written by the fetcher.
     Map,
+    /// The destination ACLs kmirror created for a mirror (topic "" and partition -1).
+    Acls,
 }
 
 /// The key of a state record. Serialized as JSON with a fixed field order, so equal keys are
@@ -63,6 +65,11 @@ impl StateKey {
             partition,
             chunk: None,
         }
+    }
+
+    /// The key of a mirror's ACL record.
+    pub fn acls(mirror: &str) -> StateKey {
+        StateKey::new(RecordKind::Acls, mirror, "", -1)
     }
 
     /// The key of map chunk `chunk`.
@@ -211,6 +218,9 @@ pub struct PositionRecord {
     /// records) once everything before them is on the destination; lag is measured from it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_position: Option<i64>,
+    /// Age in seconds of the newest mirrored record while behind (0 when caught up).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lag_seconds: Option<f64>,
     /// Records mirrored by this fetcher incarnation.
     #[serde(default)]
     pub records_mirrored: u64,
@@ -243,9 +253,15 @@ pub struct PartitionStateRecord {
     /// Reason of the last error.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
-    /// Last mirrored offset persisted on STOPPED (the LMO).
+    /// Last mirrored offset persisted on STOPPED (the LMO), as a source offset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_mirrored_offset: Option<i64>,
+    /// Destination offset of the record at the LMO (equal to it when offsets are identical).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_mirrored_destination_offset: Option<i64>,
+    /// The retry request (annotation value) this record already acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_token: Option<String>,
     /// Destination topic.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub destination_topic: Option<String>,
@@ -281,9 +297,11 @@ pub fn map_from_chunks(chunks: &BTreeMap<u32, MapChunk>, count: u32) -> Result<O
     OffsetMap::from_segments(segments)
 }
 
-/// Everything the state topic holds for one partition.
+/// Everything the state topic holds for one partition (or, for ACL records, one mirror).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct PartitionRecords {
+    /// ACL bindings kmirror created on the destination (mirror-level record).
+    pub acls: Option<Vec<crate::kafka_admin::AclBinding>>,
     /// Operator-written lifecycle state.
     pub state: Option<PartitionStateRecord>,
     /// Fetcher-written position.
@@ -314,6 +332,8 @@ impl PartitionRecords {
                 self.chunks
                     .insert(key.chunk.unwrap_or(0), serde_json::from_slice(v)?);
             }
+            (RecordKind::Acls, None) => self.acls = None,
+            (RecordKind::Acls, Some(v)) => self.acls = Some(serde_json::from_slice(v)?),
         }
         Ok(())
     }

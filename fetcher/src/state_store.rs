@@ -147,7 +147,9 @@ pub fn load(
             ends.remove(&message.partition());
         }
     }
-    units.retain(|_, r| r.state.is_some() || r.position.is_some() || !r.chunks.is_empty());
+    units.retain(|_, r| {
+        r.state.is_some() || r.position.is_some() || !r.chunks.is_empty() || r.acls.is_some()
+    });
     Ok(units)
 }
 
@@ -197,10 +199,15 @@ impl StateWriter {
 
     /// Enqueues a record (`None`: tombstone). Call [`StateWriter::flush`] to make it durable.
     pub fn send<T: Serialize>(&self, key: &StateKey, value: Option<&T>) -> Result<(), StateError> {
-        let key = key.to_bytes();
         let value = value.map(|v| serde_json::to_vec(v).expect("state values serialize"));
-        let mut record = BaseRecord::<Vec<u8>, Vec<u8>>::to(&self.topic).key(&key);
-        if let Some(v) = &value {
+        self.send_raw(key, value.as_deref())
+    }
+
+    /// Enqueues a record whose value is already serialized.
+    pub fn send_raw(&self, key: &StateKey, value: Option<&[u8]>) -> Result<(), StateError> {
+        let key = key.to_bytes();
+        let mut record = BaseRecord::<Vec<u8>, [u8]>::to(&self.topic).key(&key);
+        if let Some(v) = value {
             record = record.payload(v);
         }
         let mut record = record;

@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use crate::config::Isolation;
 use crate::offset_map::OffsetMap;
+use crate::quiet::QuietEof;
 use crate::records::RecordData;
 
 /// Mismatches listed in a report at most (counts are always complete).
@@ -64,7 +65,7 @@ impl Report {
 
 /// Reads one partition sequentially up to an end offset.
 struct Reader {
-    consumer: BaseConsumer,
+    consumer: BaseConsumer<QuietEof>,
     end: i64,
     next: Option<RecordData>,
     done: bool,
@@ -78,7 +79,7 @@ impl Reader {
         isolation: Isolation,
         timeout: Duration,
     ) -> Result<Reader, KafkaError> {
-        let consumer: BaseConsumer = side
+        let consumer: BaseConsumer<QuietEof> = side
             .config
             .clone()
             .set("group.id", "kmirror-verify")
@@ -87,7 +88,7 @@ impl Reader {
             .set("isolation.level", isolation.as_kafka_str())
             .set("enable.partition.eof", "true")
             .set("auto.offset.reset", "earliest")
-            .create()?;
+            .create_with_context(QuietEof)?;
         let (low, high) = consumer.fetch_watermarks(&side.topic, partition, timeout)?;
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition_offset(&side.topic, partition, Offset::Offset(low))?;

@@ -5,12 +5,19 @@
 //! Calls block the calling thread until the broker answers or the timeout passes; from async
 //! code run them in `spawn_blocking`.
 
+mod acls;
+mod configs;
 mod ffi;
 mod topics;
 
 use rdkafka::error::RDKafkaErrorCode;
 use thiserror::Error;
 
+pub use acls::{
+    AclBinding, Operation, PatternType, Permission, ResourceType, create_acls, delete_acls,
+    describe_acls,
+};
+pub use configs::{ConfigOp, alter_topic_configs};
 pub use topics::{TopicDescription, describe_topics};
 
 /// An admin call failed.

@@ -1,0 +1,123 @@
+//! Async helpers for the admin calls reconciles make (blocking librdkafka calls run on the
+//! blocking pool).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kmirror_fetcher::kafka_admin::{TopicDescription, describe_topics};
+use rdkafka::admin::{
+    AdminOptions, ConfigSource, NewPartitions, NewTopic, ResourceSpecifier, TopicReplication,
+};
+use rdkafka::error::RDKafkaErrorCode;
+
+use crate::clusters::Cluster;
+use crate::error::Result;
+
+/// Timeout of admin calls.
+pub const TIMEOUT: Duration = Duration::from_secs(15);
+
+fn options() -> AdminOptions {
+    AdminOptions::new()
+        .operation_timeout(Some(TIMEOUT))
+        .request_timeout(Some(TIMEOUT))
+}
+
+/// Describes a topic (`None`: it does not exist).
+pub async fn describe_topic(
+    cluster: &Arc<Cluster>,
+    topic: &str,
+) -> Result<Option<TopicDescription>> {
+    let (c, t) = (cluster.clone(), topic.to_string());
+    tokio::task::spawn_blocking(move || describe_topics(c.admin.inner(), &[&t], TIMEOUT))
+        .await
+        .map_err(|e| cluster.error(e))?
+        .map(|mut v| v.pop().flatten())
+        .map_err(|e| cluster.error(format!("describing topic {topic}: {e}")))
+}
+
+/// Log start and end of a partition.
+pub async fn watermarks(cluster: &Arc<Cluster>, topic: &str, partition: i32) -> Result<(i64, i64)> {
+    let (c, t) = (cluster.clone(), topic.to_string());
+    tokio::task::spawn_blocking(move || c.admin.inner().fetch_watermarks(&t, partition, TIMEOUT))
+        .await
+        .map_err(|e| cluster.error(e))?
+        .map_err(|e| cluster.error(format!("offsets of {topic}[{partition}]: {e}")))
+}
+
+/// Names of all topics.
+pub async fn list_topics(cluster: &Arc<Cluster>) -> Result<Vec<String>> {
+    let c = cluster.clone();
+    let md = tokio::task::spawn_blocking(move || c.admin.inner().fetch_metadata(None, TIMEOUT))
+        .await
+        .map_err(|e| cluster.error(e))?
+        .map_err(|e| cluster.error(format!("listing topics: {e}")))?;
+    Ok(md.topics().iter().map(|t| t.name().to_string()).collect())
+}
+
+/// Configs of a topic set explicitly on it (dynamic topic configs).
+pub async fn topic_configs(
+    cluster: &Arc<Cluster>,
+    topic: &str,
+) -> Result<BTreeMap<String, String>> {
+    let results = cluster
+        .admin
+        .describe_configs([&ResourceSpecifier::Topic(topic)], &options())
+        .await
+        .map_err(|e| cluster.error(format!("describing configs of {topic}: {e}")))?;
+    let mut out = BTreeMap::new();
+    for r in results {
+        let resource =
+            r.map_err(|code| cluster.error(format!("describing configs of {topic}: {code:?}")))?;
+        for e in resource.entries {
+            if e.source == ConfigSource::DynamicTopic
+                && !e.is_sensitive
+                && let Some(v) = e.value
+            {
+                out.insert(e.name, v);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Creates a topic (already existing is fine).
+pub async fn create_topic(
+    cluster: &Arc<Cluster>,
+    topic: &str,
+    partitions: i32,
+    configs: &BTreeMap<String, String>,
+) -> Result<()> {
+    let mut new = NewTopic::new(topic, partitions, TopicReplication::Fixed(-1));
+    for (k, v) in configs {
+        new = new.set(k, v);
+    }
+    let results = cluster
+        .admin
+        .create_topics([&new], &options())
+        .await
+        .map_err(|e| cluster.error(format!("creating topic {topic}: {e}")))?;
+    for r in results {
+        match r {
+            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((_, code)) => {
+                return Err(cluster.error(format!("creating topic {topic}: {code:?}")));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Grows a topic to `partitions`.
+pub async fn add_partitions(cluster: &Arc<Cluster>, topic: &str, partitions: usize) -> Result<()> {
+    let new = NewPartitions::new(topic, partitions);
+    let results = cluster
+        .admin
+        .create_partitions([&new], &options())
+        .await
+        .map_err(|e| cluster.error(format!("adding partitions to {topic}: {e}")))?;
+    for r in results {
+        r.map_err(|(_, code)| cluster.error(format!("adding partitions to {topic}: {code:?}")))?;
+    }
+    Ok(())
+}

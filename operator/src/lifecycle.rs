@@ -1,0 +1,530 @@
+//! The partition state machine, as a pure function of what the operator observes.
+//!
+//! The reconciler gathers observations (recorded state, desired state, the fetcher pod, the
+//! fetcher's position record, the source topic), calls [`decide`], persists the transition (if
+//! any) to the state topic, and only then acts (create or delete pods, finish a failover).
+
+use std::time::Duration;
+
+use kmirror_crds::v1alpha1::{DesiredState, FailoverMode, PartitionState};
+use kmirror_fetcher::state::{FetcherStatus, PartitionStateRecord, PositionRecord, StopReason};
+
+/// What the operator sees of the pod that runs a partition's fetcher.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FetcherObservation {
+    /// No pod.
+    Absent,
+    /// A pod exists and has not terminated.
+    Running {
+        /// The readiness probe passes.
+        ready: bool,
+    },
+    /// The pod is being deleted.
+    Terminating,
+    /// The fetcher container terminated.
+    Exited {
+        /// Its exit code (None: killed by a signal).
+        code: Option<i32>,
+        /// Termination message, if any.
+        message: Option<String>,
+    },
+}
+
+/// What the operator sees of the source topic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SourceObservation {
+    /// The topic exists; `end` is its log end (high watermark) when known.
+    Present {
+        /// Source log end of this partition.
+        end: Option<i64>,
+    },
+    /// The topic no longer exists.
+    Deleted,
+    /// The topic was deleted and recreated (its topic ID differs from the recorded one).
+    Recreated,
+    /// The source cluster cannot be reached.
+    Unreachable,
+}
+
+/// Everything [`decide`] needs for one partition.
+#[derive(Debug, Clone)]
+pub struct Observed<'a> {
+    /// Lifecycle record from the state topic (None: UNKNOWN).
+    pub recorded: Option<&'a PartitionStateRecord>,
+    /// `spec.state`.
+    pub desired: DesiredState,
+    /// `spec.failover.mode`.
+    pub mode: FailoverMode,
+    /// `spec.failover.drainTimeout`.
+    pub drain_timeout: Duration,
+    /// The fetcher pod.
+    pub fetcher: FetcherObservation,
+    /// The fetcher's position record.
+    pub position: Option<&'a PositionRecord>,
+    /// The source topic.
+    pub source: SourceObservation,
+    /// Now, in ms since the epoch.
+    pub now_ms: i64,
+    /// The user asked to retry failed partitions (annotation changed).
+    pub retry_requested: bool,
+    /// A jitter factor in [0, 1) for the retry backoff.
+    pub jitter: f64,
+}
+
+/// A state change to persist.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Transition {
+    /// The new state.
+    pub to: PartitionState,
+    /// Error (FAILED) or note.
+    pub error: Option<String>,
+    /// Retry attempt to record: failures so far, -1 when not retryable.
+    pub retry_attempt: i32,
+}
+
+/// What to do for one partition.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Decision {
+    /// Persist this transition first.
+    pub transition: Option<Transition>,
+    /// The partition wants its fetcher running.
+    pub run_fetcher: bool,
+    /// The fetcher's pod has terminated and must be removed (before any replacement).
+    pub remove_exited_pod: bool,
+    /// STOPPING is complete on the data path: persist the last mirrored offset, run the final
+    /// group-offset sync and the WRITE ACLs, then go STOPPED.
+    pub finish_stop: bool,
+    /// Something to tell the user (draining progress, waiting for backoff).
+    pub note: Option<String>,
+    /// Look again after this long.
+    pub requeue_after: Option<Duration>,
+}
+
+/// The reason given when the source topic changed identity.
+pub const RECREATED: &str = "the source topic was deleted and recreated (its topic ID changed); refusing to mix two topics in one destination";
+
+/// First retry delay.
+pub const BACKOFF_BASE: Duration = Duration::from_secs(5);
+/// Longest retry delay.
+pub const BACKOFF_MAX: Duration = Duration::from_secs(300);
+/// A MIRRORING stretch longer than this resets the retry count.
+pub const STABLE_AFTER: Duration = Duration::from_secs(600);
+
+/// Delay before retry number `attempt` (1-based), with jitter of up to +50 %.
+pub fn backoff(attempt: i32, jitter: f64) -> Duration {
+    let exp = attempt.clamp(1, 20) - 1;
+    let base = BACKOFF_BASE
+        .saturating_mul(1u32 << exp.min(16))
+        .min(BACKOFF_MAX);
+    base.mul_f64(1.0 + 0.5 * jitter.clamp(0.0, 1.0))
+        .min(BACKOFF_MAX.mul_f64(1.5))
+}
+
+fn go(to: PartitionState, error: Option<String>, retry_attempt: i32) -> Option<Transition> {
+    Some(Transition {
+        to,
+        error,
+        retry_attempt,
+    })
+}
+
+/// Why a fetcher that exited stopped, from its position record or exit code.
+fn exit_reason(
+    code: Option<i32>,
+    message: &Option<String>,
+    position: Option<&PositionRecord>,
+) -> (StopReason, String) {
+    let recorded = position
+        .filter(|p| p.status == FetcherStatus::Failed)
+        .and_then(|p| p.error.clone());
+    if let Some(e) = recorded
+        && code.and_then(StopReason::from_exit_code) == Some(e.reason)
+    {
+        return (e.reason, e.message);
+    }
+    let reason = code
+        .and_then(StopReason::from_exit_code)
+        .unwrap_or(StopReason::Error);
+    let text = match (code, message) {
+        (_, Some(m)) if !m.trim().is_empty() => m.trim().to_string(),
+        (Some(c), _) => format!("the fetcher exited with code {c}"),
+        (None, _) => "the fetcher was killed".to_string(),
+    };
+    (reason, text)
+}
+
+/// The lifecycle decision for one partition.
+pub fn decide(o: &Observed<'_>) -> Decision {
+    use PartitionState::*;
+    let state = o.recorded.map_or(Unknown, |r| r.state);
+    let attempt = o.recorded.map_or(0, |r| r.retry_attempt);
+    let since = o.recorded.map_or(o.now_ms, |r| r.updated_at_ms);
+    let mut d = Decision::default();
+    match state {
+        Unknown => d.transition = go(Preparing, None, 0),
+        Preparing => {
+            let to = if o.desired == DesiredState::Stopped {
+                Stopping
+            } else {
+                Mirroring
+            };
+            d.transition = go(to, None, attempt);
+        }
+        Mirroring => match o.desired {
+            DesiredState::Stopped => {
+                d.transition = go(Stopping, None, attempt);
+                d.run_fetcher = o.mode == FailoverMode::Graceful;
+            }
+            DesiredState::Paused => d.transition = go(Paused, None, attempt),
+            DesiredState::Mirroring => match &o.fetcher {
+                FetcherObservation::Exited { code: Some(0), .. } => {
+                    // A clean stop nobody asked for (e.g. someone deleted the process): restart.
+                    d.remove_exited_pod = true;
+                }
+                FetcherObservation::Exited { code, message } => {
+                    let (reason, text) = exit_reason(*code, message, o.position);
+                    d.remove_exited_pod = true;
+                    if reason == StopReason::SourceTopicDeleted {
+                        d.transition = go(Stopping, Some(text), attempt);
+                    } else if reason.retryable() {
+                        let stable = o.now_ms - since > STABLE_AFTER.as_millis() as i64;
+                        let next = if stable { 1 } else { attempt.max(0) + 1 };
+                        d.transition = go(Failed, Some(text), next);
+                    } else {
+                        d.transition = go(Failed, Some(text), -1);
+                    }
+                }
+                _ => match o.source {
+                    SourceObservation::Deleted => {
+                        d.transition = go(
+                            Stopping,
+                            Some("the source topic was deleted".into()),
+                            attempt,
+                        );
+                    }
+                    SourceObservation::Recreated => {
+                        d.transition = go(Failed, Some(RECREATED.into()), -1);
+                    }
+                    _ => d.run_fetcher = true,
+                },
+            },
+        },
+        Paused => match o.desired {
+            DesiredState::Mirroring => d.transition = go(Preparing, None, attempt),
+            DesiredState::Stopped => d.transition = go(Stopping, None, attempt),
+            DesiredState::Paused => {}
+        },
+        Stopping => {
+            let drained = match (o.source, o.position) {
+                (SourceObservation::Deleted, _) => true,
+                (SourceObservation::Present { end: Some(end) }, Some(p)) => {
+                    p.source_position.unwrap_or(p.next_source_offset) >= end
+                }
+                _ => false,
+            };
+            let exited = matches!(o.fetcher, FetcherObservation::Exited { .. });
+            let drain = o.mode == FailoverMode::Graceful && !drained && !exited;
+            if drain {
+                d.run_fetcher = true;
+                let waited = Duration::from_millis((o.now_ms - since).max(0) as u64);
+                let lag = match (o.source, o.position) {
+                    (SourceObservation::Present { end: Some(end) }, Some(p)) => {
+                        format!(
+                            "{} records",
+                            (end - p.source_position.unwrap_or(p.next_source_offset)).max(0)
+                        )
+                    }
+                    _ => "unknown lag".to_string(),
+                };
+                d.note = Some(if waited > o.drain_timeout {
+                    format!(
+                        "graceful failover still draining after the {:?} drain timeout ({lag} behind{}); waiting — \\
+                         set spec.failover.mode: Immediate to stop now",
+                        o.drain_timeout,
+                        if o.source == SourceObservation::Unreachable {
+                            ", source unreachable"
+                        } else {
+                            ""
+                        }
+                    )
+                } else {
+                    format!("draining before failover: {lag} behind")
+                });
+                d.requeue_after = Some(Duration::from_secs(2));
+            } else {
+                d.remove_exited_pod = exited;
+                d.finish_stop = matches!(o.fetcher, FetcherObservation::Absent);
+            }
+        }
+        Stopped => {
+            if o.desired == DesiredState::Mirroring {
+                if o.source == SourceObservation::Deleted {
+                    d.note = Some("the source topic does not exist; staying STOPPED".into());
+                } else {
+                    d.transition = go(Preparing, None, 0);
+                }
+            }
+        }
+        Failed => {
+            d.remove_exited_pod = matches!(o.fetcher, FetcherObservation::Exited { .. });
+            if o.desired == DesiredState::Stopped {
+                d.transition = go(Stopping, o.recorded.and_then(|r| r.error.clone()), attempt);
+            } else if attempt < 0 {
+                if o.retry_requested {
+                    d.transition = go(Preparing, None, 0);
+                }
+            } else {
+                let wait = backoff(attempt.max(1), o.jitter);
+                let due = since + wait.as_millis() as i64;
+                if o.now_ms >= due {
+                    d.transition = go(Preparing, None, attempt);
+                } else {
+                    d.requeue_after = Some(Duration::from_millis((due - o.now_ms) as u64));
+                    d.note = Some(format!(
+                        "retry {attempt} in {}s",
+                        (due - o.now_ms + 999) / 1000
+                    ));
+                }
+            }
+        }
+    }
+    if let Some(t) = &d.transition {
+        debug_assert!(
+            state.can_transition_to(t.to),
+            "{state} -> {} is not a lifecycle transition",
+            t.to
+        );
+    }
+    d
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use PartitionState::*;
+    use kmirror_fetcher::state::FetcherError;
+
+    fn record(state: PartitionState, attempt: i32, at: i64) -> PartitionStateRecord {
+        PartitionStateRecord {
+            state,
+            state_epoch: 1,
+            retry_attempt: attempt,
+            updated_at_ms: at,
+            ..Default::default()
+        }
+    }
+
+    fn observed<'a>(recorded: Option<&'a PartitionStateRecord>) -> Observed<'a> {
+        Observed {
+            recorded,
+            desired: DesiredState::Mirroring,
+            mode: FailoverMode::Graceful,
+            drain_timeout: Duration::from_secs(300),
+            fetcher: FetcherObservation::Absent,
+            position: None,
+            source: SourceObservation::Present { end: Some(100) },
+            now_ms: 1_000_000,
+            retry_requested: false,
+            jitter: 0.0,
+        }
+    }
+
+    fn to(d: &Decision) -> Option<PartitionState> {
+        d.transition.as_ref().map(|t| t.to)
+    }
+
+    #[test]
+    fn happy_path_to_mirroring() {
+        assert_eq!(to(&decide(&observed(None))), Some(Preparing));
+        let r = record(Preparing, 0, 0);
+        assert_eq!(to(&decide(&observed(Some(&r)))), Some(Mirroring));
+        let r = record(Mirroring, 0, 0);
+        let d = decide(&observed(Some(&r)));
+        assert_eq!(d.transition, None);
+        assert!(d.run_fetcher);
+    }
+
+    #[test]
+    fn pause_and_resume() {
+        let r = record(Mirroring, 0, 0);
+        let mut o = observed(Some(&r));
+        o.desired = DesiredState::Paused;
+        let d = decide(&o);
+        assert_eq!(to(&d), Some(Paused));
+        assert!(!d.run_fetcher);
+        let r = record(Paused, 0, 0);
+        let o = observed(Some(&r));
+        assert_eq!(
+            to(&decide(&o)),
+            Some(Preparing),
+            "resume goes through PREPARING"
+        );
+    }
+
+    #[test]
+    fn graceful_failover_drains_then_finishes() {
+        let r = record(Mirroring, 0, 0);
+        let mut o = observed(Some(&r));
+        o.desired = DesiredState::Stopped;
+        o.fetcher = FetcherObservation::Running { ready: true };
+        let d = decide(&o);
+        assert_eq!(to(&d), Some(Stopping));
+        assert!(d.run_fetcher, "graceful keeps copying");
+
+        let r = record(Stopping, 0, o.now_ms - 1000);
+        let behind = PositionRecord {
+            next_source_offset: 60,
+            source_position: Some(60),
+            ..Default::default()
+        };
+        let mut o = observed(Some(&r));
+        o.desired = DesiredState::Stopped;
+        o.fetcher = FetcherObservation::Running { ready: true };
+        o.position = Some(&behind);
+        let d = decide(&o);
+        assert!(d.run_fetcher && !d.finish_stop);
+        assert!(d.note.unwrap().contains("40 records behind"));
+
+        let caught_up = PositionRecord {
+            next_source_offset: 100,
+            source_position: Some(100),
+            ..Default::default()
+        };
+        o.position = Some(&caught_up);
+        let d = decide(&o);
+        assert!(!d.run_fetcher, "drained: stop the fetcher");
+        assert!(!d.finish_stop, "not before the pod is gone");
+        o.fetcher = FetcherObservation::Absent;
+        assert!(decide(&o).finish_stop);
+    }
+
+    #[test]
+    fn drain_timeout_reports_and_waits() {
+        let r = record(Stopping, 0, 0);
+        let behind = PositionRecord {
+            next_source_offset: 10,
+            ..Default::default()
+        };
+        let mut o = observed(Some(&r));
+        o.desired = DesiredState::Stopped;
+        o.drain_timeout = Duration::from_secs(60);
+        o.fetcher = FetcherObservation::Running { ready: true };
+        o.position = Some(&behind);
+        let d = decide(&o);
+        assert!(d.run_fetcher && !d.finish_stop);
+        assert!(d.note.unwrap().contains("drain timeout"));
+    }
+
+    #[test]
+    fn immediate_failover_does_not_wait_for_the_source() {
+        let r = record(Stopping, 0, 0);
+        let mut o = observed(Some(&r));
+        o.desired = DesiredState::Stopped;
+        o.mode = FailoverMode::Immediate;
+        o.source = SourceObservation::Unreachable;
+        o.fetcher = FetcherObservation::Running { ready: false };
+        let d = decide(&o);
+        assert!(!d.run_fetcher && !d.finish_stop);
+        o.fetcher = FetcherObservation::Absent;
+        assert!(decide(&o).finish_stop);
+    }
+
+    #[test]
+    fn non_retryable_failures_keep_their_reason() {
+        let r = record(Mirroring, 0, 0);
+        let position = PositionRecord {
+            status: FetcherStatus::Failed,
+            error: Some(FetcherError {
+                reason: StopReason::ForeignWrite,
+                message: "someone wrote".into(),
+            }),
+            ..Default::default()
+        };
+        let mut o = observed(Some(&r));
+        o.position = Some(&position);
+        o.fetcher = FetcherObservation::Exited {
+            code: Some(10),
+            message: None,
+        };
+        let d = decide(&o);
+        let t = d.transition.unwrap();
+        assert_eq!(
+            (t.to, t.retry_attempt, t.error.as_deref()),
+            (Failed, -1, Some("someone wrote"))
+        );
+        assert!(d.remove_exited_pod);
+
+        let failed = record(Failed, -1, 0);
+        let mut o = observed(Some(&failed));
+        assert_eq!(decide(&o).transition, None, "not retried without a request");
+        o.retry_requested = true;
+        assert_eq!(to(&decide(&o)), Some(Preparing));
+        o.retry_requested = false;
+        o.desired = DesiredState::Stopped;
+        assert_eq!(to(&decide(&o)), Some(Stopping), "failover stays possible");
+    }
+
+    #[test]
+    fn retryable_failures_back_off() {
+        let r = record(Mirroring, 2, 999_000);
+        let mut o = observed(Some(&r));
+        o.fetcher = FetcherObservation::Exited {
+            code: Some(1),
+            message: Some("broker down".into()),
+        };
+        let t = decide(&o).transition.unwrap();
+        assert_eq!((t.to, t.retry_attempt), (Failed, 3));
+        let failed = record(Failed, 3, 1_000_000);
+        let mut o = observed(Some(&failed));
+        o.now_ms = 1_000_000 + 19_000;
+        let d = decide(&o);
+        assert_eq!(d.transition, None);
+        assert!(d.requeue_after.unwrap() <= Duration::from_secs(1));
+        o.now_ms = 1_000_000 + 20_000;
+        assert_eq!(to(&decide(&o)), Some(Preparing));
+    }
+
+    #[test]
+    fn backoff_grows_and_is_capped() {
+        assert_eq!(backoff(1, 0.0), Duration::from_secs(5));
+        assert_eq!(backoff(2, 0.0), Duration::from_secs(10));
+        assert_eq!(backoff(4, 0.0), Duration::from_secs(40));
+        assert_eq!(backoff(30, 0.0), BACKOFF_MAX);
+        assert!(backoff(1, 0.99) > Duration::from_secs(7));
+    }
+
+    #[test]
+    fn source_topic_deletion_stops() {
+        let r = record(Mirroring, 0, 0);
+        let mut o = observed(Some(&r));
+        o.fetcher = FetcherObservation::Exited {
+            code: Some(13),
+            message: None,
+        };
+        let t = decide(&o).transition.unwrap();
+        assert_eq!(t.to, Stopping);
+        let mut o = observed(Some(&r));
+        o.source = SourceObservation::Deleted;
+        o.fetcher = FetcherObservation::Running { ready: true };
+        assert_eq!(to(&decide(&o)), Some(Stopping));
+        let s = record(Stopping, 0, 0);
+        let mut o = observed(Some(&s));
+        o.source = SourceObservation::Deleted;
+        assert!(
+            decide(&o).finish_stop,
+            "nothing to drain from a deleted topic"
+        );
+        let stopped = record(Stopped, 0, 0);
+        let mut o = observed(Some(&stopped));
+        o.source = SourceObservation::Deleted;
+        assert_eq!(
+            decide(&o).transition,
+            None,
+            "no re-mirroring of a deleted topic"
+        );
+        let mut o = observed(Some(&r));
+        o.source = SourceObservation::Recreated;
+        let t = decide(&o).transition.unwrap();
+        assert_eq!((t.to, t.retry_attempt), (Failed, -1));
+    }
+}

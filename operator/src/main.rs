@@ -1,0 +1,136 @@
+//! `kmirror-operator`: runs the ClusterMirror and MirrorTopic controllers.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use clap::Parser;
+use kmirror_crds::v1alpha1::ClusterMirror;
+use kmirror_operator::context::{Context, Settings};
+use kmirror_operator::http::Endpoints;
+use kmirror_operator::leader::Election;
+use kmirror_operator::metrics::Metrics;
+use kube::Api;
+use kube::api::ListParams;
+
+/// Kafka cluster mirroring as a Kubernetes operator.
+#[derive(Parser, Debug)]
+#[command(name = "kmirror-operator", version)]
+struct Args {
+    /// Only watch this namespace (default: all namespaces).
+    #[arg(long, env = "KMIRROR_WATCH_NAMESPACE")]
+    namespace: Option<String>,
+    /// Image of fetcher pods when a ClusterMirror does not set one.
+    #[arg(
+        long,
+        env = "KMIRROR_FETCHER_IMAGE",
+        default_value = "ghcr.io/kmirror/kmirror:0.1.0"
+    )]
+    fetcher_image: String,
+    /// Address of /metrics, /healthz and /readyz.
+    #[arg(long, env = "KMIRROR_HTTP_ADDR", default_value = "0.0.0.0:8080")]
+    http_addr: SocketAddr,
+    /// Least milliseconds between two status writes of one object.
+    #[arg(long, env = "KMIRROR_STATUS_INTERVAL_MS", default_value_t = 1000)]
+    status_interval_ms: u64,
+    /// Run controllers only while holding a Lease (for more than one replica).
+    #[arg(long, env = "KMIRROR_LEADER_ELECTION")]
+    leader_election: bool,
+    /// Namespace of the Lease (default: the pod's namespace or `default`).
+    #[arg(long, env = "KMIRROR_LEASE_NAMESPACE")]
+    lease_namespace: Option<String>,
+    /// Name of the Lease.
+    #[arg(long, env = "KMIRROR_LEASE_NAME", default_value = "kmirror-operator")]
+    lease_name: String,
+    /// Seconds a lease lasts without renewal.
+    #[arg(long, default_value_t = 15)]
+    lease_duration_seconds: u64,
+    /// Log format: `text` or `json`.
+    #[arg(long, env = "KMIRROR_LOG_FORMAT", default_value = "text")]
+    log_format: String,
+}
+
+async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("SIGTERM handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    tracing::info!("shutting down");
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    kmirror_fetcher::logging::init(args.log_format == "json");
+    let client = kube::Client::try_default().await?;
+    let probe: Api<ClusterMirror> = match &args.namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    if let Err(e) = probe.list(&ListParams::default().limit(1)).await {
+        anyhow::bail!(
+            "cannot list ClusterMirrors ({e}); are the CRDs installed (kubectl apply -f charts/kmirror/crds/) \
+             and may this service account read them?"
+        );
+    }
+    let ctx = Arc::new(Context::new(
+        client.clone(),
+        Settings {
+            fetcher_image: args.fetcher_image.clone(),
+            status_interval: Duration::from_millis(args.status_interval_ms),
+        },
+        Metrics::default(),
+    ));
+    let endpoints = Arc::new(Endpoints {
+        ctx: ctx.clone(),
+        ready: Default::default(),
+    });
+    let addr = args.http_addr;
+    let e = endpoints.clone();
+    tokio::spawn(async move {
+        if let Err(err) = kmirror_operator::http::serve(addr, e).await {
+            tracing::error!(%addr, "HTTP endpoints unavailable: {err}");
+        }
+    });
+    endpoints.ready.store(true, Ordering::Relaxed);
+    if args.leader_election {
+        let identity = std::env::var("POD_NAME")
+            .or_else(|_| std::env::var("HOSTNAME"))
+            .unwrap_or_else(|_| format!("kmirror-operator-{}", std::process::id()));
+        let election = Election {
+            namespace: args
+                .lease_namespace
+                .clone()
+                .or_else(|| std::env::var("POD_NAMESPACE").ok())
+                .unwrap_or_else(|| "default".into()),
+            name: args.lease_name.clone(),
+            identity,
+            lease_duration: Duration::from_secs(args.lease_duration_seconds),
+            renew_every: Duration::from_secs((args.lease_duration_seconds / 3).max(1)),
+        };
+        tokio::select! {
+            _ = election.acquire(&client) => {}
+            _ = shutdown_signal() => return Ok(()),
+        }
+        ctx.metrics.leader.set(1);
+        let keep = {
+            let (election, client) = (election.clone(), client.clone());
+            async move { election.keep(&client).await }
+        };
+        tokio::select! {
+            _ = kmirror_operator::run(ctx.clone(), args.namespace.clone(), shutdown_signal()) => {}
+            _ = keep => {
+                // Another replica may lead now: stop at once so that only one writes.
+                tracing::error!("leadership lost; exiting");
+                std::process::exit(1);
+            }
+        }
+    } else {
+        ctx.metrics.leader.set(1);
+        kmirror_operator::run(ctx, args.namespace.clone(), shutdown_signal()).await;
+    }
+    Ok(())
+}

@@ -1,0 +1,406 @@
+//! Fetcher pods: names, partition groups and the pod spec. Pure.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    Capabilities, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction,
+    ObjectFieldSelector, Pod, PodSecurityContext, PodSpec, Probe, SeccompProfile, SecurityContext,
+};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kmirror_crds::v1alpha1::{ClusterMirror, IsolationLevel, MirrorTopic};
+use kube::Resource;
+use kube::api::ObjectMeta;
+
+use crate::connection::pod_connection;
+
+/// Label on every fetcher pod naming its `MirrorTopic`.
+pub const LABEL_MIRROR_TOPIC: &str = "kmirror.io/mirror-topic";
+/// Label naming the `ClusterMirror`.
+pub const LABEL_MIRROR: &str = "kmirror.io/mirror";
+/// Label with the pod's group index.
+pub const LABEL_INDEX: &str = "kmirror.io/fetcher-index";
+/// Annotation listing the partitions a pod serves.
+pub const ANNOTATION_PARTITIONS: &str = "kmirror.io/partitions";
+/// Annotation with the hash of everything that requires a new pod when it changes.
+pub const ANNOTATION_SPEC_HASH: &str = "kmirror.io/spec-hash";
+/// Port of the fetcher's HTTP endpoints.
+pub const HTTP_PORT: i32 = 9464;
+
+/// The group (pod index) a partition belongs to.
+pub fn group_of(partition: i32, partitions_per_pod: i32) -> i32 {
+    partition / partitions_per_pod.max(1)
+}
+
+/// Deterministic name of the pod of group `index`.
+pub fn pod_name(mirror_topic: &str, index: i32) -> String {
+    let suffix = format!("-fetcher-{index}");
+    let max = 63 - suffix.len();
+    if mirror_topic.len() <= max {
+        format!("{mirror_topic}{suffix}")
+    } else {
+        let hash = format!("{:08x}", fnv1a(mirror_topic.as_bytes()) as u32);
+        let keep = max - hash.len() - 1;
+        format!(
+            "{}-{hash}{suffix}",
+            mirror_topic[..keep].trim_end_matches('-')
+        )
+    }
+}
+
+/// FNV-1a, for short stable hashes in names and annotations.
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf29ce484222325u64, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x100000001b3)
+    })
+}
+
+/// Everything a fetcher pod is built from.
+pub struct FetcherPod<'a> {
+    /// The topic.
+    pub topic: &'a MirrorTopic,
+    /// Its mirror.
+    pub mirror: &'a ClusterMirror,
+    /// Group index.
+    pub index: i32,
+    /// Partitions of the group that need a fetcher.
+    pub partitions: &'a [i32],
+    /// Image when the mirror does not set one.
+    pub default_image: &'a str,
+    /// Hash of the referenced Secrets' versions: a change replaces the pod.
+    pub secrets_version: &'a str,
+}
+
+fn field_env(name: &str, path: &str) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                field_path: path.into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn probe(path: &str, period: i32, failures: i32) -> Probe {
+    Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some(path.into()),
+            port: IntOrString::Int(HTTP_PORT),
+            ..Default::default()
+        }),
+        period_seconds: Some(period),
+        failure_threshold: Some(failures),
+        timeout_seconds: Some(3),
+        ..Default::default()
+    }
+}
+
+impl FetcherPod<'_> {
+    /// The fetcher's command-line arguments.
+    pub fn args(
+        &self,
+    ) -> (
+        Vec<String>,
+        Vec<k8s_openapi::api::core::v1::Volume>,
+        Vec<k8s_openapi::api::core::v1::VolumeMount>,
+    ) {
+        let spec = &self.mirror.spec;
+        let mt = &self.topic.spec;
+        let ns = self.mirror.metadata.namespace.clone().unwrap_or_default();
+        let partitions: Vec<String> = self.partitions.iter().map(ToString::to_string).collect();
+        let mut args = vec![
+            "--mirror".into(),
+            format!("{ns}/{}", mt.mirror),
+            "--source-topic".into(),
+            mt.source_topic.clone(),
+            "--destination-topic".into(),
+            self.topic.destination_topic().to_string(),
+            "--partitions".into(),
+            partitions.join(","),
+            "--state-topic".into(),
+            spec.state_topic.clone(),
+            "--isolation-level".into(),
+            match spec.fetcher.isolation_level {
+                IsolationLevel::ReadCommitted => "read_committed",
+                IsolationLevel::ReadUncommitted => "read_uncommitted",
+            }
+            .into(),
+            "--prefix-alignment-limit".into(),
+            spec.fetcher.prefix_alignment_limit.to_string(),
+            "--http-port".into(),
+            HTTP_PORT.to_string(),
+        ];
+        if let Some(t) = spec.fetcher.throttle_bytes_per_second {
+            args.push("--throttle-bytes-per-second".into());
+            args.push(t.to_string());
+        }
+        let source = pod_connection(&spec.source, "source", &spec.fetcher.consumer_properties);
+        let destination = pod_connection(
+            &spec.destination,
+            "destination",
+            &spec.fetcher.producer_properties,
+        );
+        args.extend(source.args);
+        args.extend(destination.args);
+        let mut volumes = source.volumes;
+        volumes.extend(destination.volumes);
+        let mut mounts = source.mounts;
+        mounts.extend(destination.mounts);
+        (args, volumes, mounts)
+    }
+
+    /// Hash of what the pod runs; a different hash means the pod must be replaced.
+    pub fn spec_hash(&self) -> String {
+        let (args, _, _) = self.args();
+        let image = self.image();
+        let resources =
+            serde_json::to_string(&self.mirror.spec.fetcher.resources).unwrap_or_default();
+        let text = format!(
+            "{}\n{image}\n{resources}\n{}",
+            args.join("\n"),
+            self.secrets_version
+        );
+        format!("{:016x}", fnv1a(text.as_bytes()))
+    }
+
+    fn image(&self) -> String {
+        self.mirror
+            .spec
+            .fetcher
+            .image
+            .clone()
+            .unwrap_or_else(|| self.default_image.to_string())
+    }
+
+    /// The pod, owned by the `MirrorTopic`.
+    pub fn build(&self) -> Pod {
+        let (args, volumes, mounts) = self.args();
+        let name = pod_name(
+            &self.topic.metadata.name.clone().unwrap_or_default(),
+            self.index,
+        );
+        let mut labels: BTreeMap<String, String> = self.mirror.spec.fetcher.pod_labels.clone();
+        labels.insert("app.kubernetes.io/name".into(), "kmirror-fetcher".into());
+        labels.insert(
+            "app.kubernetes.io/managed-by".into(),
+            "kmirror-operator".into(),
+        );
+        labels.insert(LABEL_MIRROR.into(), self.topic.spec.mirror.clone());
+        labels.insert(
+            LABEL_MIRROR_TOPIC.into(),
+            self.topic.metadata.name.clone().unwrap_or_default(),
+        );
+        labels.insert(LABEL_INDEX.into(), self.index.to_string());
+        let partitions: Vec<String> = self.partitions.iter().map(ToString::to_string).collect();
+        let annotations = BTreeMap::from([
+            (ANNOTATION_PARTITIONS.to_string(), partitions.join(",")),
+            (ANNOTATION_SPEC_HASH.to_string(), self.spec_hash()),
+        ]);
+        let owner = self
+            .topic
+            .controller_owner_ref(&())
+            .expect("a stored MirrorTopic has a name and uid");
+        Pod {
+            metadata: ObjectMeta {
+                name: Some(name),
+                namespace: self.topic.metadata.namespace.clone(),
+                labels: Some(labels),
+                annotations: Some(annotations),
+                owner_references: Some(vec![owner]),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                restart_policy: Some("Never".into()),
+                termination_grace_period_seconds: Some(30),
+                service_account_name: self.mirror.spec.fetcher.service_account_name.clone(),
+                automount_service_account_token: Some(false),
+                enable_service_links: Some(false),
+                security_context: Some(PodSecurityContext {
+                    run_as_non_root: Some(true),
+                    run_as_user: Some(65532),
+                    run_as_group: Some(65532),
+                    fs_group: Some(65532),
+                    seccomp_profile: Some(SeccompProfile {
+                        type_: "RuntimeDefault".into(),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                containers: vec![Container {
+                    name: "fetcher".into(),
+                    image: Some(self.image()),
+                    image_pull_policy: self.mirror.spec.fetcher.image_pull_policy.clone(),
+                    command: Some(vec!["kmirror-fetcher".into()]),
+                    args: Some(args),
+                    env: Some(vec![
+                        field_env("POD_NAME", "metadata.name"),
+                        field_env("POD_IP", "status.podIP"),
+                        EnvVar {
+                            name: "KMIRROR_LOG_FORMAT".into(),
+                            value: Some("json".into()),
+                            ..Default::default()
+                        },
+                        EnvVar {
+                            name: "KMIRROR_SHUTDOWN_TIMEOUT_SECONDS".into(),
+                            value: Some("25".into()),
+                            ..Default::default()
+                        },
+                    ]),
+                    ports: Some(vec![ContainerPort {
+                        name: Some("http".into()),
+                        container_port: HTTP_PORT,
+                        ..Default::default()
+                    }]),
+                    readiness_probe: Some(probe("/readyz", 5, 3)),
+                    liveness_probe: Some(probe("/healthz", 10, 6)),
+                    resources: self.mirror.spec.fetcher.resources.clone(),
+                    volume_mounts: Some(mounts),
+                    security_context: Some(SecurityContext {
+                        allow_privilege_escalation: Some(false),
+                        read_only_root_filesystem: Some(true),
+                        privileged: Some(false),
+                        capabilities: Some(Capabilities {
+                            drop: Some(vec!["ALL".into()]),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    }),
+                    termination_message_policy: Some("FallbackToLogsOnError".into()),
+                    ..Default::default()
+                }],
+                volumes: Some(volumes),
+                ..Default::default()
+            }),
+            status: None,
+        }
+    }
+}
+
+/// Groups partitions into pods: index → partitions, in order.
+pub fn groups(partitions: &[i32], partitions_per_pod: i32) -> BTreeMap<i32, Vec<i32>> {
+    let mut out: BTreeMap<i32, Vec<i32>> = BTreeMap::new();
+    for &p in partitions {
+        out.entry(group_of(p, partitions_per_pod))
+            .or_default()
+            .push(p);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn objects() -> (MirrorTopic, ClusterMirror) {
+        let mut mt: MirrorTopic = serde_json::from_value(serde_json::json!({
+            "apiVersion": "kmirror.io/v1alpha1", "kind": "MirrorTopic",
+            "metadata": {"name": "orders", "namespace": "ns", "uid": "u-1"},
+            "spec": {"mirror": "dr", "sourceTopic": "orders"}
+        }))
+        .unwrap();
+        mt.metadata.uid = Some("u-1".into());
+        let cm: ClusterMirror = serde_json::from_value(serde_json::json!({
+            "apiVersion": "kmirror.io/v1alpha1", "kind": "ClusterMirror",
+            "metadata": {"name": "dr", "namespace": "ns"},
+            "spec": {
+                "source": {"bootstrapServers": "src:9092"},
+                "destination": {"bootstrapServers": "dst:9092",
+                    "sasl": {"mechanism": "PLAIN", "username": "mirror", "password": {"name": "creds", "key": "pw"}}},
+                "fetcher": {"throttleBytesPerSecond": 1048576}
+            }
+        }))
+        .unwrap();
+        (mt, cm)
+    }
+
+    #[test]
+    fn names_are_stable_and_short() {
+        assert_eq!(pod_name("orders", 3), "orders-fetcher-3");
+        let long = "a".repeat(80);
+        let name = pod_name(&long, 12);
+        assert!(name.len() <= 63, "{name}");
+        assert_eq!(name, pod_name(&long, 12));
+        assert_ne!(pod_name(&format!("{long}x"), 12), name);
+    }
+
+    #[test]
+    fn partitions_pack_into_groups() {
+        let g = groups(&[0, 1, 2, 3, 4, 7], 3);
+        assert_eq!(g[&0], vec![0, 1, 2]);
+        assert_eq!(g[&1], vec![3, 4]);
+        assert_eq!(g[&2], vec![7]);
+        assert_eq!(groups(&[0, 1], 1).len(), 2);
+    }
+
+    #[test]
+    fn pod_is_locked_down_and_owned() {
+        let (mt, cm) = objects();
+        let fp = FetcherPod {
+            topic: &mt,
+            mirror: &cm,
+            index: 0,
+            partitions: &[0, 1],
+            default_image: "kmirror:dev",
+            secrets_version: "v1",
+        };
+        let pod = fp.build();
+        assert_eq!(pod.metadata.name.as_deref(), Some("orders-fetcher-0"));
+        let owner = &pod.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.controller),
+            ("MirrorTopic", Some(true))
+        );
+        let spec = pod.spec.unwrap();
+        assert_eq!(spec.restart_policy.as_deref(), Some("Never"));
+        let c = &spec.containers[0];
+        let sc = c.security_context.as_ref().unwrap();
+        assert_eq!(sc.read_only_root_filesystem, Some(true));
+        assert_eq!(sc.allow_privilege_escalation, Some(false));
+        assert_eq!(spec.security_context.unwrap().run_as_non_root, Some(true));
+        let args = c.args.as_ref().unwrap().join(" ");
+        assert!(args.contains("--mirror ns/dr"));
+        assert!(args.contains("--partitions 0,1"));
+        assert!(args.contains("--throttle-bytes-per-second 1048576"));
+        assert!(args.contains(
+            "--destination-property-file sasl.password=/etc/kmirror/destination/sasl-password/value"
+        ));
+        assert_eq!(c.image.as_deref(), Some("kmirror:dev"));
+        assert_eq!(
+            spec.volumes.unwrap()[0]
+                .secret
+                .as_ref()
+                .unwrap()
+                .secret_name
+                .as_deref(),
+            Some("creds")
+        );
+    }
+
+    #[test]
+    fn hash_changes_with_what_needs_a_new_pod() {
+        let (mt, cm) = objects();
+        let a = FetcherPod {
+            topic: &mt,
+            mirror: &cm,
+            index: 0,
+            partitions: &[0, 1],
+            default_image: "i",
+            secrets_version: "v1",
+        };
+        let b = FetcherPod {
+            partitions: &[0],
+            ..a
+        };
+        let c = FetcherPod {
+            secrets_version: "v2",
+            ..a
+        };
+        let a2 = FetcherPod { ..a };
+        assert_eq!(a.spec_hash(), a2.spec_hash());
+        assert_ne!(a.spec_hash(), b.spec_hash());
+        assert_ne!(a.spec_hash(), c.spec_hash());
+    }
+}

@@ -1,0 +1,302 @@
+//! The operator's view of the state topic: a background reader tails it into memory, so that
+//! reconciles read partition states and fetcher positions without touching Kafka, and the
+//! operator's own transitions are written through (durable first, then visible locally).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use kmirror_fetcher::quiet::QuietEof;
+use kmirror_fetcher::state::{PartitionRecords, PartitionStateRecord, RecordKind, StateKey};
+use kmirror_fetcher::state_store::{StateWriter, UnitId, ensure_state_topic};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+use tokio::sync::Notify;
+
+use crate::error::{Error, Result};
+
+/// One state topic, mirrored in memory.
+pub struct StateCache {
+    topic: String,
+    units: RwLock<BTreeMap<UnitId, PartitionRecords>>,
+    loaded: AtomicBool,
+    stop: Arc<AtomicBool>,
+    writer: Mutex<StateWriter>,
+    /// Notified whenever records arrive (positions move).
+    pub changed: Notify,
+}
+
+impl Drop for StateCache {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+impl StateCache {
+    /// Ensures the topic and starts tailing it from the beginning.
+    pub fn start(config: &ClientConfig, topic: &str) -> Result<Arc<StateCache>> {
+        ensure_state_topic(config, topic).map_err(|e| Error::State(e.to_string()))?;
+        let writer = StateWriter::new(config, topic).map_err(|e| Error::State(e.to_string()))?;
+        let cache = Arc::new(StateCache {
+            topic: topic.to_string(),
+            units: RwLock::new(BTreeMap::new()),
+            loaded: AtomicBool::new(false),
+            stop: Arc::new(AtomicBool::new(false)),
+            writer: Mutex::new(writer),
+            changed: Notify::new(),
+        });
+        let consumer: BaseConsumer<QuietEof> = config
+            .clone()
+            .set("group.id", "kmirror-operator-state")
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("enable.partition.eof", "true")
+            .set("fetch.wait.max.ms", "100")
+            .create_with_context(QuietEof)
+            .map_err(|e| Error::State(e.to_string()))?;
+        let weak = Arc::downgrade(&cache);
+        let stop = cache.stop.clone();
+        let topic = topic.to_string();
+        std::thread::Builder::new()
+            .name(format!("state-{topic}"))
+            .spawn(move || tail(consumer, &topic, weak, stop))
+            .map_err(|e| Error::State(e.to_string()))?;
+        Ok(cache)
+    }
+
+    /// The whole topic has been read once.
+    pub fn loaded(&self) -> bool {
+        self.loaded.load(Ordering::Relaxed)
+    }
+
+    /// Waits (bounded) until the first full read is done.
+    pub async fn wait_loaded(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while !self.loaded() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        self.loaded()
+    }
+
+    /// Records of every partition of `topic` in `mirror`.
+    pub fn topic(&self, mirror: &str, topic: &str) -> BTreeMap<i32, PartitionRecords> {
+        self.units
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter(|((m, t, p), _)| m == mirror && t == topic && *p >= 0)
+            .map(|((_, _, p), r)| (*p, r.clone()))
+            .collect()
+    }
+
+    /// Records of every partition of every topic of `mirror`.
+    pub fn mirror(&self, mirror: &str) -> BTreeMap<(String, i32), PartitionRecords> {
+        self.units
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter(|((m, _, _), _)| m == mirror)
+            .map(|((_, t, p), r)| ((t.clone(), *p), r.clone()))
+            .collect()
+    }
+
+    fn apply(&self, key: &StateKey, value: Option<&[u8]>) {
+        let mut units = self.units.write().unwrap_or_else(|p| p.into_inner());
+        let unit = (key.mirror.clone(), key.topic.clone(), key.partition);
+        let records = units.entry(unit.clone()).or_default();
+        if let Err(e) = records.apply(key, value) {
+            tracing::warn!(topic = %self.topic, error = %e, "ignoring an unreadable state record");
+        }
+        if records.state.is_none()
+            && records.position.is_none()
+            && records.chunks.is_empty()
+            && records.acls.is_none()
+        {
+            units.remove(&unit);
+        }
+    }
+
+    /// Persists lifecycle records of partitions of `topic` (waits for the broker), then applies
+    /// them locally.
+    pub async fn write_states(
+        self: &Arc<Self>,
+        mirror: &str,
+        topic: &str,
+        records: Vec<(i32, PartitionStateRecord)>,
+    ) -> Result<()> {
+        let batch = records
+            .into_iter()
+            .map(|(p, r)| {
+                (
+                    StateKey::new(RecordKind::State, mirror, topic, p),
+                    Some(serde_json::to_vec(&r).expect("state records serialize")),
+                )
+            })
+            .collect();
+        self.write(batch).await
+    }
+
+    /// The ACL bindings kmirror created for `mirror`.
+    pub fn acls(&self, mirror: &str) -> Vec<kmirror_fetcher::kafka_admin::AclBinding> {
+        let units = self.units.read().unwrap_or_else(|p| p.into_inner());
+        units
+            .get(&(mirror.to_string(), String::new(), -1))
+            .and_then(|r| r.acls.clone())
+            .unwrap_or_default()
+    }
+
+    /// Records the ACL bindings kmirror created for `mirror`.
+    pub async fn write_acls(
+        self: &Arc<Self>,
+        mirror: &str,
+        acls: &[kmirror_fetcher::kafka_admin::AclBinding],
+    ) -> Result<()> {
+        let value = serde_json::to_vec(acls).expect("bindings serialize");
+        self.write(vec![(StateKey::acls(mirror), Some(value))])
+            .await
+    }
+
+    /// Writes tombstones for the given keys.
+    pub async fn delete(self: &Arc<Self>, keys: Vec<StateKey>) -> Result<()> {
+        self.write(keys.into_iter().map(|k| (k, None)).collect())
+            .await
+    }
+
+    async fn write(self: &Arc<Self>, batch: Vec<(StateKey, Option<Vec<u8>>)>) -> Result<()> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let me = self.clone();
+        let sent = batch.clone();
+        tokio::task::spawn_blocking(move || {
+            let writer = me.writer.lock().unwrap_or_else(|p| p.into_inner());
+            for (k, v) in &sent {
+                writer.send_raw(k, v.as_deref())?;
+            }
+            writer.flush(Duration::from_secs(15))
+        })
+        .await
+        .map_err(|e| Error::State(e.to_string()))?
+        .map_err(|e| Error::State(e.to_string()))?;
+        for (k, v) in &batch {
+            self.apply(k, v.as_deref());
+        }
+        Ok(())
+    }
+}
+
+fn tail(
+    consumer: BaseConsumer<QuietEof>,
+    topic: &str,
+    cache: std::sync::Weak<StateCache>,
+    stop: Arc<AtomicBool>,
+) {
+    let mut ends: HashMap<i32, i64> = HashMap::new();
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            return;
+        }
+        match consumer.fetch_metadata(Some(topic), Duration::from_secs(10)) {
+            Ok(md) => {
+                let partitions: Vec<i32> = md
+                    .topics()
+                    .first()
+                    .map(|t| t.partitions().iter().map(|p| p.id()).collect())
+                    .unwrap_or_default();
+                if !partitions.is_empty() {
+                    let mut tpl = TopicPartitionList::new();
+                    for p in &partitions {
+                        if let Ok((low, high)) =
+                            consumer.fetch_watermarks(topic, *p, Duration::from_secs(10))
+                        {
+                            if high > low {
+                                ends.insert(*p, high);
+                            }
+                            let _ = tpl.add_partition_offset(topic, *p, Offset::Offset(low));
+                        }
+                    }
+                    if consumer.assign(&tpl).is_ok() {
+                        break;
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!(%topic, error = %e, "state topic metadata unavailable; retrying")
+            }
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    if ends.is_empty()
+        && let Some(c) = cache.upgrade()
+    {
+        c.loaded.store(true, Ordering::Relaxed);
+    }
+    while !stop.load(Ordering::Relaxed) {
+        let Some(cache) = cache.upgrade() else { return };
+        match consumer.poll(Duration::from_millis(200)) {
+            None => {}
+            Some(Err(rdkafka::error::KafkaError::PartitionEOF(p))) => {
+                ends.remove(&p);
+                if ends.is_empty() && !cache.loaded() {
+                    cache.loaded.store(true, Ordering::Relaxed);
+                    cache.changed.notify_waiters();
+                }
+            }
+            Some(Err(e)) => {
+                tracing::debug!(%topic, error = %e, "state topic read error");
+            }
+            Some(Ok(m)) => {
+                if let Some(key) = m.key().and_then(StateKey::parse) {
+                    cache.apply(&key, m.payload());
+                    if key.kind == RecordKind::Position {
+                        cache.changed.notify_waiters();
+                    }
+                }
+                if let Some(&end) = ends.get(&m.partition())
+                    && m.offset() + 1 >= end
+                {
+                    ends.remove(&m.partition());
+                    if ends.is_empty() {
+                        cache.loaded.store(true, Ordering::Relaxed);
+                        cache.changed.notify_waiters();
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// State caches by (destination configuration, topic).
+#[derive(Default)]
+pub struct StateCaches {
+    caches: Mutex<HashMap<(u64, String), Arc<StateCache>>>,
+}
+
+impl StateCaches {
+    /// The cache of `topic` on the destination identified by `key` (its configuration hash).
+    pub async fn get(
+        &self,
+        key: u64,
+        config: &ClientConfig,
+        topic: &str,
+    ) -> Result<Arc<StateCache>> {
+        if let Some(c) = self
+            .caches
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&(key, topic.to_string()))
+        {
+            return Ok(c.clone());
+        }
+        let (config, t) = (config.clone(), topic.to_string());
+        let cache = tokio::task::spawn_blocking(move || StateCache::start(&config, &t))
+            .await
+            .map_err(|e| Error::State(e.to_string()))??;
+        let mut caches = self.caches.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(caches
+            .entry((key, topic.to_string()))
+            .or_insert(cache)
+            .clone())
+    }
+}

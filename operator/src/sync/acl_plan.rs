@@ -1,0 +1,341 @@
+//! Which ACLs the destination gets from the source's. Pure.
+//!
+//! - Bindings on mirrored topics (literal, `*`, or prefixed patterns that cover a mirrored topic)
+//!   become literal bindings on the destination topic.
+//! - While a topic mirrors, ALLOW WRITE is withheld (ALLOW ALL becomes READ, DESCRIBE and
+//!   DESCRIBE_CONFIGS); DENY bindings are copied as they are. Once the topic is stopped
+//!   (failed over), the source's bindings apply unchanged.
+//! - Literal group bindings of included groups are copied.
+//! - The fetcher principal may write to every mirrored topic that is not stopped.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use kmirror_crds::filter::Selector;
+use kmirror_fetcher::kafka_admin::{AclBinding, Operation, PatternType, Permission, ResourceType};
+
+/// A mirrored topic as the ACL plan sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedTopic {
+    /// Destination topic name.
+    pub destination: String,
+    /// Stopped (failed over): the destination is writable.
+    pub writable: bool,
+}
+
+fn covers(binding: &AclBinding, name: &str) -> bool {
+    match binding.pattern {
+        PatternType::Literal => binding.name == "*" || binding.name == name,
+        PatternType::Prefixed => name.starts_with(&binding.name),
+        _ => false,
+    }
+}
+
+/// The bindings the destination must have.
+pub fn plan(
+    source: &[AclBinding],
+    topics: &BTreeMap<String, PlannedTopic>,
+    groups: &Selector,
+    fetcher_principal: Option<&str>,
+) -> BTreeSet<AclBinding> {
+    let mut out = BTreeSet::new();
+    for b in source {
+        match b.resource_type {
+            ResourceType::Topic => {
+                for (src, t) in topics.iter().filter(|(src, _)| covers(b, src)) {
+                    let _ = src;
+                    let literal = |operation| AclBinding {
+                        name: t.destination.clone(),
+                        pattern: PatternType::Literal,
+                        operation,
+                        ..b.clone()
+                    };
+                    let withheld = !t.writable && b.permission == Permission::Allow;
+                    match b.operation {
+                        Operation::Write if withheld => {}
+                        Operation::All if withheld => {
+                            for op in [
+                                Operation::Read,
+                                Operation::Describe,
+                                Operation::DescribeConfigs,
+                            ] {
+                                out.insert(literal(op));
+                            }
+                        }
+                        op => {
+                            out.insert(literal(op));
+                        }
+                    }
+                }
+            }
+            ResourceType::Group if b.pattern == PatternType::Literal && groups.matches(&b.name) => {
+                out.insert(b.clone());
+            }
+            _ => {}
+        }
+    }
+    if let Some(principal) = fetcher_principal {
+        for t in topics.values().filter(|t| !t.writable) {
+            for op in [Operation::Write, Operation::Describe] {
+                out.insert(AclBinding {
+                    resource_type: ResourceType::Topic,
+                    name: t.destination.clone(),
+                    pattern: PatternType::Literal,
+                    principal: principal.to_string(),
+                    host: "*".into(),
+                    operation: op,
+                    permission: Permission::Allow,
+                });
+            }
+        }
+        if topics.values().any(|t| !t.writable) {
+            out.insert(AclBinding {
+                resource_type: ResourceType::Cluster,
+                name: "kafka-cluster".into(),
+                pattern: PatternType::Literal,
+                principal: principal.to_string(),
+                host: "*".into(),
+                operation: Operation::IdempotentWrite,
+                permission: Permission::Allow,
+            });
+        }
+    }
+    out
+}
+
+/// What to create and what to delete: create what is wanted and missing; delete only bindings
+/// kmirror created earlier that are no longer wanted.
+pub fn changes(
+    wanted: &BTreeSet<AclBinding>,
+    existing: &BTreeSet<AclBinding>,
+    created_before: &BTreeSet<AclBinding>,
+) -> (Vec<AclBinding>, Vec<AclBinding>) {
+    let create = wanted.difference(existing).cloned().collect();
+    let delete = created_before
+        .difference(wanted)
+        .filter(|b| existing.contains(*b))
+        .cloned()
+        .collect();
+    (create, delete)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn acl(
+        rt: ResourceType,
+        name: &str,
+        pattern: PatternType,
+        op: Operation,
+        perm: Permission,
+    ) -> AclBinding {
+        AclBinding {
+            resource_type: rt,
+            name: name.into(),
+            pattern,
+            principal: "User:app".into(),
+            host: "*".into(),
+            operation: op,
+            permission: perm,
+        }
+    }
+
+    fn topics(writable: bool) -> BTreeMap<String, PlannedTopic> {
+        BTreeMap::from([(
+            "orders".to_string(),
+            PlannedTopic {
+                destination: "orders-dr".into(),
+                writable,
+            },
+        )])
+    }
+
+    #[test]
+    fn write_is_withheld_while_mirroring() {
+        let source = vec![
+            acl(
+                ResourceType::Topic,
+                "orders",
+                PatternType::Literal,
+                Operation::Read,
+                Permission::Allow,
+            ),
+            acl(
+                ResourceType::Topic,
+                "orders",
+                PatternType::Literal,
+                Operation::Write,
+                Permission::Allow,
+            ),
+            acl(
+                ResourceType::Topic,
+                "ord",
+                PatternType::Prefixed,
+                Operation::All,
+                Permission::Allow,
+            ),
+            acl(
+                ResourceType::Topic,
+                "orders",
+                PatternType::Literal,
+                Operation::Write,
+                Permission::Deny,
+            ),
+            acl(
+                ResourceType::Topic,
+                "payments",
+                PatternType::Literal,
+                Operation::Read,
+                Permission::Allow,
+            ),
+            acl(
+                ResourceType::Group,
+                "billing",
+                PatternType::Literal,
+                Operation::Read,
+                Permission::Allow,
+            ),
+            acl(
+                ResourceType::Group,
+                "other",
+                PatternType::Literal,
+                Operation::Read,
+                Permission::Allow,
+            ),
+        ];
+        let groups = Selector::compile(
+            &[kmirror_crds::v1alpha1::NameFilter {
+                name: Some("billing".into()),
+                ..Default::default()
+            }],
+            &[],
+            "g",
+            true,
+        )
+        .unwrap();
+        let p = plan(&source, &topics(false), &groups, Some("User:mirror"));
+        let app: Vec<_> = p
+            .iter()
+            .filter(|b| b.principal == "User:app")
+            .map(|b| (b.resource_type, b.name.as_str(), b.operation, b.permission))
+            .collect();
+        assert!(app.contains(&(
+            ResourceType::Topic,
+            "orders-dr",
+            Operation::Read,
+            Permission::Allow
+        )));
+        assert!(app.contains(&(
+            ResourceType::Topic,
+            "orders-dr",
+            Operation::Describe,
+            Permission::Allow
+        )));
+        assert!(
+            app.contains(&(
+                ResourceType::Topic,
+                "orders-dr",
+                Operation::Write,
+                Permission::Deny
+            )),
+            "deny is copied"
+        );
+        assert!(!app.contains(&(
+            ResourceType::Topic,
+            "orders-dr",
+            Operation::Write,
+            Permission::Allow
+        )));
+        assert!(
+            !app.iter().any(|a| a.2 == Operation::All),
+            "ALL is narrowed"
+        );
+        assert!(app.contains(&(
+            ResourceType::Group,
+            "billing",
+            Operation::Read,
+            Permission::Allow
+        )));
+        assert!(!app.iter().any(|a| a.1 == "payments" || a.1 == "other"));
+        let mirror: Vec<_> = p
+            .iter()
+            .filter(|b| b.principal == "User:mirror")
+            .map(|b| b.operation)
+            .collect();
+        assert_eq!(
+            mirror,
+            vec![
+                Operation::Write,
+                Operation::Describe,
+                Operation::IdempotentWrite
+            ]
+        );
+    }
+
+    #[test]
+    fn stopped_topics_get_the_source_bindings() {
+        let source = vec![
+            acl(
+                ResourceType::Topic,
+                "orders",
+                PatternType::Literal,
+                Operation::Write,
+                Permission::Allow,
+            ),
+            acl(
+                ResourceType::Topic,
+                "*",
+                PatternType::Literal,
+                Operation::All,
+                Permission::Allow,
+            ),
+        ];
+        let p = plan(
+            &source,
+            &topics(true),
+            &Selector::default(),
+            Some("User:mirror"),
+        );
+        let ops: BTreeSet<_> = p
+            .iter()
+            .map(|b| (b.principal.as_str(), b.operation))
+            .collect();
+        assert!(ops.contains(&("User:app", Operation::Write)));
+        assert!(ops.contains(&("User:app", Operation::All)));
+        assert!(
+            !ops.iter().any(|(p, _)| *p == "User:mirror"),
+            "the fetcher no longer writes"
+        );
+    }
+
+    #[test]
+    fn only_bindings_kmirror_created_are_deleted() {
+        let a = acl(
+            ResourceType::Topic,
+            "t",
+            PatternType::Literal,
+            Operation::Read,
+            Permission::Allow,
+        );
+        let b = acl(
+            ResourceType::Topic,
+            "t",
+            PatternType::Literal,
+            Operation::Describe,
+            Permission::Allow,
+        );
+        let manual = acl(
+            ResourceType::Topic,
+            "t",
+            PatternType::Literal,
+            Operation::Alter,
+            Permission::Allow,
+        );
+        let wanted = BTreeSet::from([a.clone()]);
+        let existing = BTreeSet::from([b.clone(), manual.clone()]);
+        let created = BTreeSet::from([b.clone()]);
+        let (create, delete) = changes(&wanted, &existing, &created);
+        assert_eq!(create, vec![a]);
+        assert_eq!(delete, vec![b]);
+    }
+}

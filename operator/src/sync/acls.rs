@@ -1,0 +1,172 @@
+//! ACL sync: the source's ACLs on mirrored topics and included groups, without WRITE while a
+//! topic mirrors; only the fetcher principal may write. Bindings kmirror created are recorded in
+//! the state topic, so that only those are ever deleted.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use kmirror_crds::filter::Selector;
+use kmirror_crds::v1alpha1::{ClusterMirror, MirrorTopic};
+use kmirror_fetcher::kafka_admin::{
+    AclBinding, AdminError, Operation, PatternType, Permission, ResourceType, create_acls,
+    delete_acls, describe_acls,
+};
+use kube::ResourceExt;
+use rdkafka::error::RDKafkaErrorCode;
+
+use super::Mirrored;
+use super::acl_plan::{PlannedTopic, changes, plan};
+use crate::clusters::Cluster;
+use crate::context::Context;
+use crate::error::{Error, Result};
+use crate::kafka::TIMEOUT;
+use crate::state_cache::StateCache;
+
+fn any_filter() -> AclBinding {
+    AclBinding {
+        resource_type: ResourceType::Any,
+        name: String::new(),
+        pattern: PatternType::Any,
+        principal: String::new(),
+        host: String::new(),
+        operation: Operation::Any,
+        permission: Permission::Any,
+    }
+}
+
+/// All bindings of a cluster; `None` when it has no authorizer.
+async fn all_acls(cluster: &Arc<Cluster>) -> Result<Option<Vec<AclBinding>>> {
+    let c = cluster.clone();
+    let result =
+        tokio::task::spawn_blocking(move || describe_acls(c.admin.inner(), &any_filter(), TIMEOUT))
+            .await
+            .map_err(|e| cluster.error(e))?;
+    match result {
+        Ok(b) => Ok(Some(b)),
+        Err(AdminError::Kafka {
+            code: RDKafkaErrorCode::SecurityDisabled,
+            ..
+        }) => Ok(None),
+        Err(e) => Err(cluster.error(format!("describing ACLs: {e}"))),
+    }
+}
+
+/// The principal fetchers write as: the configured one, or `User:<destination SASL username>`.
+pub fn fetcher_principal(cm: &ClusterMirror) -> Option<String> {
+    cm.spec.sync.acls.fetcher_principal.clone().or_else(|| {
+        cm.spec
+            .destination
+            .sasl
+            .as_ref()
+            .and_then(|s| s.username.clone())
+            .map(|u| format!("User:{u}"))
+    })
+}
+
+/// Syncs the ACLs of the mirror. `writable` names a source topic to treat as failed over even if
+/// its partitions are not STOPPED yet (the last step of a failover).
+pub async fn sync(
+    cm: &ClusterMirror,
+    source: &Arc<Cluster>,
+    destination: &Arc<Cluster>,
+    cache: &Arc<StateCache>,
+    topics: &[Mirrored],
+    writable: Option<&str>,
+) -> Result<String> {
+    let Some(existing) = all_acls(destination).await? else {
+        return Ok(
+            "the destination has no authorizer: foreign writes are detected, not prevented".into(),
+        );
+    };
+    let source_acls = all_acls(source).await?.unwrap_or_default();
+    let planned: BTreeMap<String, PlannedTopic> = topics
+        .iter()
+        .map(|t| {
+            let src = t.topic.spec.source_topic.clone();
+            let writable = t.stopped || writable == Some(src.as_str());
+            (
+                src,
+                PlannedTopic {
+                    destination: t.topic.destination_topic().to_string(),
+                    writable,
+                },
+            )
+        })
+        .collect();
+    let groups = &cm.spec.sync.consumer_groups;
+    let selector = Selector::compile(
+        &groups.include,
+        &groups.exclude,
+        "spec.sync.consumerGroups",
+        true,
+    )
+    .map_err(|e| Error::State(e.to_string()))?;
+    let wanted = plan(
+        &source_acls,
+        &planned,
+        &selector,
+        fetcher_principal(cm).as_deref(),
+    );
+    let existing: BTreeSet<AclBinding> = existing.into_iter().collect();
+    let mirror = format!("{}/{}", cm.namespace().unwrap_or_default(), cm.name_any());
+    let created_before: BTreeSet<AclBinding> = cache.acls(&mirror).into_iter().collect();
+    let (create, delete) = changes(&wanted, &existing, &created_before);
+    let d = destination.clone();
+    let (c2, d2) = (create.clone(), delete.clone());
+    tokio::task::spawn_blocking(move || {
+        create_acls(d.admin.inner(), &c2, TIMEOUT)?;
+        delete_acls(d.admin.inner(), &d2, TIMEOUT)
+    })
+    .await
+    .map_err(|e| destination.error(e))?
+    .map_err(|e| destination.error(format!("changing ACLs: {e}")))?;
+    let ours: Vec<AclBinding> = created_before
+        .intersection(&wanted)
+        .cloned()
+        .chain(create.iter().cloned())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    if ours != created_before.iter().cloned().collect::<Vec<_>>() {
+        cache.write_acls(&mirror, &ours).await?;
+    }
+    for b in &create {
+        tracing::info!(acl = %b, "created ACL on the destination");
+    }
+    for b in &delete {
+        tracing::info!(acl = %b, "deleted ACL from the destination");
+    }
+    Ok(format!(
+        "{} created, {} deleted, {} managed",
+        create.len(),
+        delete.len(),
+        ours.len()
+    ))
+}
+
+/// Applies the source's WRITE ACLs for a topic being failed over.
+pub async fn make_writable(
+    ctx: &Arc<Context>,
+    cm: &ClusterMirror,
+    mt: &MirrorTopic,
+    source: &Arc<Cluster>,
+    destination: &Arc<Cluster>,
+) -> Result<()> {
+    let (dest, _) = (destination.clone(), ());
+    let cache = ctx
+        .states
+        .get(dest.key, &dest.config, &cm.spec.state_topic)
+        .await?;
+    let topics = super::mirrored_topics(ctx, cm, &cache).await?;
+    let summary = sync(
+        cm,
+        source,
+        destination,
+        &cache,
+        &topics,
+        Some(&mt.spec.source_topic),
+    )
+    .await?;
+    tracing::info!(topic = %mt.name_any(), "{summary}");
+    Ok(())
+}

@@ -1,0 +1,294 @@
+//! Consumer-group offset sync: committed offsets of included groups on mirrored topics are
+//! translated through the offset map (identity when offsets are identical), clamped to the
+//! destination's log start/end, and committed on the destination without a leader epoch.
+//! Groups with active members on the destination are skipped and reported.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use kmirror_crds::filter::Selector;
+use kmirror_crds::v1alpha1::{ClusterMirror, MirrorTopic};
+use kmirror_fetcher::offset_map::OffsetMap;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+
+use super::Mirrored;
+use crate::clusters::Cluster;
+use crate::error::{Error, Result};
+use crate::mirror_topic::mirror_key;
+use crate::state_cache::StateCache;
+
+const TIMEOUT: Duration = Duration::from_secs(15);
+
+/// One mirrored topic as the group sync sees it.
+#[derive(Clone)]
+struct TopicPlan {
+    source: String,
+    destination: String,
+    partitions: Vec<i32>,
+    maps: BTreeMap<i32, OffsetMap>,
+}
+
+/// The outcome of syncing groups.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct GroupReport {
+    /// Groups whose offsets were committed on the destination.
+    pub synced: Vec<String>,
+    /// Groups already in step.
+    pub unchanged: usize,
+    /// Groups skipped because they have active members on the destination.
+    pub active: Vec<String>,
+}
+
+impl GroupReport {
+    /// A one-line summary for status.
+    pub fn summary(&self) -> String {
+        let mut s = format!(
+            "{} groups synced, {} unchanged",
+            self.synced.len(),
+            self.unchanged
+        );
+        if !self.active.is_empty() {
+            s.push_str(&format!(
+                ", {} skipped (active members on the destination: {})",
+                self.active.len(),
+                self.active.join(", ")
+            ));
+        }
+        s
+    }
+}
+
+/// Translates and clamps one committed source offset.
+pub fn translate(map: &OffsetMap, committed: i64, destination: (i64, i64)) -> i64 {
+    map.src_to_dst(committed)
+        .clamp(destination.0, destination.1)
+}
+
+fn plans(cm: &ClusterMirror, cache: &StateCache, topics: &[&MirrorTopic]) -> Vec<TopicPlan> {
+    topics
+        .iter()
+        .map(|t| {
+            let records = cache.topic(&mirror_key(t), &t.spec.source_topic);
+            let _ = cm;
+            TopicPlan {
+                source: t.spec.source_topic.clone(),
+                destination: t.destination_topic().to_string(),
+                partitions: records.keys().copied().collect(),
+                maps: records
+                    .iter()
+                    .map(|(p, r)| (*p, r.offset_map().unwrap_or_default()))
+                    .collect(),
+            }
+        })
+        .filter(|p| !p.partitions.is_empty())
+        .collect()
+}
+
+fn group_consumer(
+    config: &ClientConfig,
+    group: &str,
+) -> Result<BaseConsumer, rdkafka::error::KafkaError> {
+    config
+        .clone()
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .create()
+}
+
+fn sync_blocking(
+    source: &Cluster,
+    destination: &Cluster,
+    selector: &Selector,
+    plans: &[TopicPlan],
+) -> std::result::Result<GroupReport, String> {
+    let groups = source
+        .admin
+        .inner()
+        .fetch_group_list(None, TIMEOUT)
+        .map_err(|e| format!("listing source groups: {e}"))?;
+    let names: BTreeSet<String> = groups
+        .groups()
+        .iter()
+        .map(|g| g.name().to_string())
+        .filter(|g| selector.matches(g) && !g.starts_with("kmirror-"))
+        .collect();
+    let mut report = GroupReport::default();
+    let mut watermarks: BTreeMap<(String, i32), (i64, i64)> = BTreeMap::new();
+    for group in names {
+        let mut tpl = TopicPartitionList::new();
+        for plan in plans {
+            for p in &plan.partitions {
+                tpl.add_partition(&plan.source, *p);
+            }
+        }
+        let committed = group_consumer(&source.config, &group)
+            .and_then(|c| c.committed_offsets(tpl, TIMEOUT))
+            .map_err(|e| format!("offsets of group {group} on the source: {e}"))?;
+        let mut target = TopicPartitionList::new();
+        for e in committed.elements() {
+            let Offset::Offset(offset) = e.offset() else {
+                continue;
+            };
+            let Some(plan) = plans.iter().find(|p| p.source == e.topic()) else {
+                continue;
+            };
+            let key = (plan.destination.clone(), e.partition());
+            if !watermarks.contains_key(&key) {
+                let w = destination
+                    .admin
+                    .inner()
+                    .fetch_watermarks(&plan.destination, e.partition(), TIMEOUT)
+                    .map_err(|err| {
+                        format!(
+                            "offsets of {}[{}] on the destination: {err}",
+                            plan.destination,
+                            e.partition()
+                        )
+                    })?;
+                watermarks.insert(key.clone(), w);
+            }
+            let map = plan.maps.get(&e.partition()).cloned().unwrap_or_default();
+            let translated = translate(&map, offset, watermarks[&key]);
+            target
+                .add_partition_offset(&plan.destination, e.partition(), Offset::Offset(translated))
+                .map_err(|err| err.to_string())?;
+        }
+        if target.count() == 0 {
+            continue;
+        }
+        let described = destination
+            .admin
+            .inner()
+            .fetch_group_list(Some(&group), TIMEOUT)
+            .map_err(|e| format!("describing group {group} on the destination: {e}"))?;
+        if described.groups().iter().any(|g| !g.members().is_empty()) {
+            report.active.push(group);
+            continue;
+        }
+        let consumer = group_consumer(&destination.config, &group).map_err(|e| e.to_string())?;
+        let current = consumer
+            .committed_offsets(target.clone(), TIMEOUT)
+            .map_err(|e| format!("offsets of group {group} on the destination: {e}"))?;
+        let same = target.elements().iter().all(|t| {
+            current
+                .find_partition(t.topic(), t.partition())
+                .is_some_and(|c| c.offset() == t.offset())
+        });
+        if same {
+            report.unchanged += 1;
+            continue;
+        }
+        consumer
+            .commit(&target, CommitMode::Sync)
+            .map_err(|e| format!("committing offsets of group {group} on the destination: {e}"))?;
+        report.synced.push(group);
+    }
+    Ok(report)
+}
+
+/// Syncs the groups of the mirror over its mirrored topics that are not failed over (or, with
+/// `only`, over that one topic — the final sync of a failover).
+pub async fn sync(
+    cm: &ClusterMirror,
+    source: &Arc<Cluster>,
+    destination: &Arc<Cluster>,
+    cache: &Arc<StateCache>,
+    topics: &[Mirrored],
+    only: Option<&MirrorTopic>,
+) -> Result<String> {
+    let chosen: Vec<&MirrorTopic> = match only {
+        Some(t) => vec![t],
+        None => topics
+            .iter()
+            .filter(|t| !t.stopped)
+            .map(|t| &t.topic)
+            .collect(),
+    };
+    let plans = plans(cm, cache, &chosen);
+    if plans.is_empty() {
+        return Ok("no mirrored topics to sync groups for".into());
+    }
+    let groups = &cm.spec.sync.consumer_groups;
+    let selector = Selector::compile(
+        &groups.include,
+        &groups.exclude,
+        "spec.sync.consumerGroups",
+        true,
+    )
+    .map_err(|e| Error::State(e.to_string()))?;
+    let (s, d) = (source.clone(), destination.clone());
+    let report = tokio::task::spawn_blocking(move || sync_blocking(&s, &d, &selector, &plans))
+        .await
+        .map_err(|e| Error::State(e.to_string()))?
+        .map_err(|message| Error::Kafka {
+            cluster: "source",
+            message,
+        })?;
+    if !report.synced.is_empty() {
+        tracing::info!(groups = ?report.synced, "synced consumer-group offsets");
+    }
+    Ok(report.summary())
+}
+
+/// The last group-offset sync of a topic being failed over (skipped when disabled).
+pub async fn final_sync(
+    ctx: &Arc<crate::context::Context>,
+    cm: &ClusterMirror,
+    mt: &MirrorTopic,
+    source: &Arc<Cluster>,
+    destination: &Arc<Cluster>,
+    cache: &Arc<StateCache>,
+) -> Result<Option<String>> {
+    let _ = ctx;
+    if !cm.spec.sync.consumer_groups.enabled {
+        return Ok(None);
+    }
+    sync(cm, source, destination, cache, &[], Some(mt))
+        .await
+        .map(|_| None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offsets_translate_and_clamp() {
+        let identity = OffsetMap::identity();
+        assert_eq!(translate(&identity, 42, (0, 100)), 42);
+        assert_eq!(
+            translate(&identity, 420, (0, 100)),
+            100,
+            "clamped to the destination end"
+        );
+        assert_eq!(
+            translate(&identity, 3, (10, 100)),
+            10,
+            "clamped to the destination start"
+        );
+        let mut map = OffsetMap::identity();
+        map.record_gap(10, 8);
+        assert_eq!(translate(&map, 12, (0, 100)), 10);
+        assert_eq!(
+            translate(&map, 9, (0, 100)),
+            8,
+            "an offset in a gap resumes at the next record"
+        );
+    }
+
+    #[test]
+    fn summary_names_skipped_groups() {
+        let r = GroupReport {
+            synced: vec!["a".into()],
+            unchanged: 2,
+            active: vec!["busy".into()],
+        };
+        assert_eq!(
+            r.summary(),
+            "1 groups synced, 2 unchanged, 1 skipped (active members on the destination: busy)"
+        );
+    }
+}
