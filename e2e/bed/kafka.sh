@@ -2,7 +2,8 @@
 #
 # Clusters (all single-node, loopback, started from the official jars on Maven Central):
 #
-#   source       Kafka $KAFKA_VERSION KRaft combined node, no authorizer
+#   source       Kafka $KAFKA_VERSION KRaft combined node, StandardAuthorizer that allows what no
+#                ACL mentions (ANONYMOUS, admin and mirror are super users), so ACLs can be synced
 #                  19092 PLAINTEXT
 #                  19094 SASL_SSL   (SCRAM-SHA-512; users admin, mirror)
 #                  19095 SSL        (mutual TLS; client certificate required)
@@ -213,6 +214,9 @@ ssl.truststore.location=$KAFKA_PKI/truststore.p12
 ssl.truststore.password=$KAFKA_TLS_PASSWORD
 listener.name.ssl.ssl.client.auth=required
 ssl.principal.mapping.rules=RULE:^CN=([^,]+).*$/\$1/,DEFAULT
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+allow.everyone.if.no.acl.found=true
+super.users=User:ANONYMOUS;User:admin;User:mirror
 EOF
 }
 

@@ -9,6 +9,7 @@ pub mod fetcher;
 pub mod kafka;
 pub mod kube;
 pub mod namespace;
+pub mod operator;
 pub mod testbed;
 
 pub use testbed::Testbed;

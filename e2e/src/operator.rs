@@ -1,0 +1,288 @@
+//! Running `kmirror-operator` against the test bed (as a local process with the admin
+//! kubeconfig, scoped to one namespace) and observing what it does.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Event, Pod, Secret};
+use kmirror_crds::v1alpha1::{ClusterMirror, MirrorTopic};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+
+use crate::Testbed;
+use crate::fetcher::binary;
+use crate::kafka::unique_name;
+
+/// A local operator process; killed when dropped.
+pub struct OperatorProcess {
+    child: Child,
+    /// Log file.
+    pub log: PathBuf,
+    /// Address of its HTTP endpoints.
+    pub http: String,
+}
+
+/// A free loopback port.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+impl OperatorProcess {
+    /// Starts an operator watching `namespace`, with extra arguments.
+    pub fn spawn(bed: &Testbed, namespace: &str, extra: &[&str]) -> OperatorProcess {
+        let _ = binary("kmirror-fetcher");
+        let log = std::env::temp_dir().join(format!("{}.log", unique_name("operator")));
+        let file = std::fs::File::create(&log).expect("operator log");
+        let http = format!("127.0.0.1:{}", free_port());
+        let child = Command::new(crate::fetcher::target_dir().join("debug/kmirror-operator"))
+            .args(["--namespace", namespace, "--http-addr", &http, "--fetcher-image", "kmirror:test"])
+            .args(extra)
+            .env("KUBECONFIG", bed.var("KUBECONFIG"))
+            .env("RUST_LOG", "info,kube=warn,librdkafka=warn")
+            .stdout(Stdio::from(file.try_clone().expect("log")))
+            .stderr(Stdio::from(file))
+            .spawn()
+            .expect("start kmirror-operator");
+        OperatorProcess { child, log, http }
+    }
+
+    /// The log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// SIGKILL and reap.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Still running?
+    pub fn alive(&mut self) -> bool {
+        self.child.try_wait().ok().flatten().is_none()
+    }
+
+    /// The value of a metric series (first line starting with `series`).
+    pub fn metric(&self, series: &str) -> Option<f64> {
+        let body = http_get(&self.http, "/metrics")?;
+        body.lines()
+            .find(|l| l.starts_with(series))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+    }
+}
+
+impl Drop for OperatorProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A minimal HTTP GET over loopback (the body, for status 200).
+pub fn http_get(addr: &str, path: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let (head, body) = response.split_once("\r\n\r\n")?;
+    head.starts_with("HTTP/1.1 200").then(|| body.to_string())
+}
+
+/// A namespace with helpers to create mirrors and wait for their status.
+pub struct Scenario {
+    /// Kubernetes client.
+    pub client: kube::Client,
+    /// Namespace.
+    pub ns: String,
+}
+
+impl Scenario {
+    /// A fresh namespace with the CRDs installed and the destination's `mirror` credentials in
+    /// Secret `destination-credentials` (key `password`).
+    pub async fn new(bed: &Testbed, prefix: &str) -> Scenario {
+        let client = bed.kube_client().await.expect("kube client");
+        crate::crds::install(&client).await.expect("CRDs");
+        let ns = crate::namespace::create(&client, prefix).await.expect("namespace");
+        let s = Scenario { client, ns };
+        s.secret("destination-credentials", "password", bed.var("KMIRROR_MIRROR_PASSWORD")).await;
+        s
+    }
+
+    /// Creates or replaces a Secret with one key.
+    pub async fn secret(&self, name: &str, key: &str, value: &str) {
+        let secret: Secret = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "stringData": {key: value}
+        }))
+        .unwrap();
+        Api::<Secret>::namespaced(self.client.clone(), &self.ns)
+            .patch(name, &PatchParams::apply("kmirror-e2e").force(), &Patch::Apply(&secret))
+            .await
+            .expect("apply secret");
+    }
+
+    /// A ClusterMirror spec from the bed's source (PLAINTEXT) to its destination (mirror user).
+    pub fn mirror_spec(bed: &Testbed) -> Value {
+        json!({
+            "source": {"bootstrapServers": bed.source_bootstrap()},
+            "destination": {
+                "bootstrapServers": bed.dest_bootstrap(),
+                "sasl": {"mechanism": "PLAIN", "username": "mirror",
+                         "password": {"name": "destination-credentials", "key": "password"}}
+            },
+            "sync": {"interval": "3s"}
+        })
+    }
+
+    /// Server-side applies a ClusterMirror.
+    pub async fn apply_mirror(&self, name: &str, spec: Value) {
+        let cm = json!({"apiVersion": "kmirror.io/v1alpha1", "kind": "ClusterMirror", "metadata": {"name": name}, "spec": spec});
+        Api::<ClusterMirror>::namespaced(self.client.clone(), &self.ns)
+            .patch(name, &PatchParams::apply("kmirror-e2e").force(), &Patch::Apply(&cm))
+            .await
+            .expect("apply ClusterMirror");
+    }
+
+    /// Server-side applies a MirrorTopic.
+    pub async fn apply_topic(&self, name: &str, spec: Value) {
+        let mt = json!({"apiVersion": "kmirror.io/v1alpha1", "kind": "MirrorTopic", "metadata": {"name": name}, "spec": spec});
+        Api::<MirrorTopic>::namespaced(self.client.clone(), &self.ns)
+            .patch(name, &PatchParams::apply("kmirror-e2e").force(), &Patch::Apply(&mt))
+            .await
+            .expect("apply MirrorTopic");
+    }
+
+    /// Merge-patches a MirrorTopic's spec.
+    pub async fn patch_topic(&self, name: &str, spec: Value) {
+        Api::<MirrorTopic>::namespaced(self.client.clone(), &self.ns)
+            .patch(name, &PatchParams::default(), &Patch::Merge(json!({"spec": spec})))
+            .await
+            .expect("patch MirrorTopic");
+    }
+
+    /// The MirrorTopic, if it exists.
+    pub async fn topic(&self, name: &str) -> Option<MirrorTopic> {
+        Api::<MirrorTopic>::namespaced(self.client.clone(), &self.ns).get_opt(name).await.expect("get MirrorTopic")
+    }
+
+    /// All MirrorTopics.
+    pub async fn topics(&self) -> Vec<MirrorTopic> {
+        Api::<MirrorTopic>::namespaced(self.client.clone(), &self.ns)
+            .list(&ListParams::default())
+            .await
+            .expect("list MirrorTopics")
+            .items
+    }
+
+    /// The ClusterMirror.
+    pub async fn mirror(&self, name: &str) -> ClusterMirror {
+        Api::<ClusterMirror>::namespaced(self.client.clone(), &self.ns).get(name).await.expect("get ClusterMirror")
+    }
+
+    /// Fetcher pods of the namespace.
+    pub async fn pods(&self) -> Vec<Pod> {
+        Api::<Pod>::namespaced(self.client.clone(), &self.ns)
+            .list(&ListParams::default().labels("app.kubernetes.io/name=kmirror-fetcher"))
+            .await
+            .expect("list pods")
+            .items
+    }
+
+    /// Reasons and notes of the events about an object.
+    pub async fn events(&self, name: &str) -> Vec<(String, String)> {
+        Api::<Event>::namespaced(self.client.clone(), &self.ns)
+            .list(&ListParams::default())
+            .await
+            .expect("list events")
+            .items
+            .into_iter()
+            .filter(|e| e.involved_object.name.as_deref() == Some(name))
+            .map(|e| (e.reason.unwrap_or_default(), e.message.unwrap_or_default()))
+            .collect()
+    }
+
+    /// Waits until `check` holds for the MirrorTopic; returns it.
+    pub async fn wait_topic(&self, name: &str, what: &str, timeout: Duration, check: impl Fn(&MirrorTopic) -> bool) -> MirrorTopic {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(t) = self.topic(name).await
+                && check(&t)
+            {
+                return t;
+            }
+            if Instant::now() > deadline {
+                let t = self.topic(name).await;
+                panic!("timed out after {timeout:?} waiting for {what}; MirrorTopic {name}: {}", serde_json::to_string_pretty(&t.map(|t| t.status)).unwrap());
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
+
+    /// Waits until `check` holds for the ClusterMirror.
+    pub async fn wait_mirror(&self, name: &str, what: &str, timeout: Duration, check: impl Fn(&ClusterMirror) -> bool) -> ClusterMirror {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let m = self.mirror(name).await;
+            if check(&m) {
+                return m;
+            }
+            if Instant::now() > deadline {
+                panic!("timed out after {timeout:?} waiting for {what}; ClusterMirror {name}: {}", serde_json::to_string_pretty(&m.status).unwrap());
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
+
+    /// Deletes the namespace.
+    pub async fn cleanup(&self) {
+        crate::namespace::delete(&self.client, &self.ns).await;
+    }
+
+    /// Creates an object from JSON in the namespace (for kinds without a helper).
+    pub async fn create<K>(&self, object: Value) -> K
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope> + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+        K::DynamicType: Default,
+    {
+        let object: K = serde_json::from_value(object).unwrap();
+        Api::<K>::namespaced(self.client.clone(), &self.ns).create(&PostParams::default(), &object).await.expect("create")
+    }
+}
+
+/// Whether every partition of a MirrorTopic is in `state`.
+pub fn all_partitions(t: &MirrorTopic, state: kmirror_crds::v1alpha1::PartitionState, count: usize) -> bool {
+    t.status
+        .as_ref()
+        .is_some_and(|s| s.partitions.len() == count && s.partitions.iter().all(|p| p.state == state))
+}
+
+/// Condition status by type.
+pub fn condition(conditions: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition], type_: &str) -> Option<(String, String, String)> {
+    conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+/// Partition → pods (names) that serve it, among pods that still exist.
+pub fn pods_per_partition(pods: &[Pod]) -> BTreeMap<i32, Vec<String>> {
+    let mut out: BTreeMap<i32, Vec<String>> = BTreeMap::new();
+    for pod in pods {
+        let parts = pod
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("kmirror.io/partitions").cloned())
+            .unwrap_or_default();
+        for p in parts.split(',').filter_map(|p| p.parse().ok()) {
+            out.entry(p).or_default().push(pod.metadata.name.clone().unwrap_or_default());
+        }
+    }
+    out
+}
