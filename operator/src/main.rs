@@ -98,7 +98,6 @@ async fn main() -> anyhow::Result<()> {
     endpoints.ready.store(true, Ordering::Relaxed);
     if args.leader_election {
         let identity = std::env::var("POD_NAME")
-            .or_else(|_| std::env::var("HOSTNAME"))
             .unwrap_or_else(|_| format!("kmirror-operator-{}", std::process::id()));
         let election = Election {
             namespace: args
