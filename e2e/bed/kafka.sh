@@ -325,17 +325,19 @@ ssl.truststore.location=$KAFKA_PKI/ca.crt
 EOF
 }
 
-# The mirror principal may write anywhere (fetchers) and read its state; app gets nothing.
+# The mirror principal is what a ClusterMirror's destination connection uses: it writes
+# (fetchers), creates topics, alters configs and ACLs (operator). app gets nothing.
 kafka_dest_acls() {
-  [ -f "$KAFKA_DIR/destination/.acls" ] && return 0
+  [ -f "$KAFKA_DIR/destination/.acls-v2" ] && return 0
   local run=("$KM_RUN/bin/kafka-run" org.apache.kafka.tools.AclCommand
     --bootstrap-server 127.0.0.1:29092 --command-config "$KAFKA_DIR/dest-admin.properties")
   "${run[@]}" --add --allow-principal User:mirror --operation All --topic '*' >/dev/null &&
     "${run[@]}" --add --allow-principal User:mirror --operation All --group '*' >/dev/null &&
     "${run[@]}" --add --allow-principal User:mirror --operation IdempotentWrite \
-      --operation Describe --operation DescribeConfigs --cluster >/dev/null ||
+      --operation Describe --operation DescribeConfigs --operation Alter --operation AlterConfigs \
+      --operation Create --cluster >/dev/null ||
     die "could not create the destination ACLs for the mirror principal"
-  touch "$KAFKA_DIR/destination/.acls"
+  touch "$KAFKA_DIR/destination/.acls-v2"
 }
 
 kafka_up() {

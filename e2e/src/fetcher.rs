@@ -28,11 +28,21 @@ pub fn binary(name: &str) -> PathBuf {
     static BUILT: OnceLock<()> = OnceLock::new();
     BUILT.get_or_init(|| {
         let status = Command::new(env!("CARGO"))
-            .args(["build", "--bins", "-p", "kmirror-fetcher", "-p", "kmirror-operator"])
+            .args([
+                "build",
+                "--bins",
+                "-p",
+                "kmirror-fetcher",
+                "-p",
+                "kmirror-operator",
+            ])
             .current_dir(repo_root())
             .status()
             .expect("run cargo build");
-        assert!(status.success(), "cargo build of the fetcher and operator failed");
+        assert!(
+            status.success(),
+            "cargo build of the fetcher and operator failed"
+        );
     });
     target_dir().join("debug").join(name)
 }

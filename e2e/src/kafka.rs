@@ -390,11 +390,17 @@ pub fn read_all(
 }
 
 /// Dynamic configs set on a topic.
-pub async fn topic_configs(config: &ClientConfig, topic: &str) -> anyhow::Result<std::collections::BTreeMap<String, String>> {
+pub async fn topic_configs(
+    config: &ClientConfig,
+    topic: &str,
+) -> anyhow::Result<std::collections::BTreeMap<String, String>> {
     use rdkafka::admin::{ConfigSource, ResourceSpecifier};
     let admin: AdminClient<DefaultClientContext> = config.create()?;
     let mut out = std::collections::BTreeMap::new();
-    for r in admin.describe_configs([&ResourceSpecifier::Topic(topic)], &AdminOptions::new()).await? {
+    for r in admin
+        .describe_configs([&ResourceSpecifier::Topic(topic)], &AdminOptions::new())
+        .await?
+    {
         let r = r.map_err(|e| anyhow::anyhow!("{e:?}"))?;
         for e in r.entries {
             if e.source == ConfigSource::DynamicTopic

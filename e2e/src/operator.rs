@@ -40,7 +40,14 @@ impl OperatorProcess {
         let file = std::fs::File::create(&log).expect("operator log");
         let http = format!("127.0.0.1:{}", free_port());
         let child = Command::new(crate::fetcher::target_dir().join("debug/kmirror-operator"))
-            .args(["--namespace", namespace, "--http-addr", &http, "--fetcher-image", "kmirror:test"])
+            .args([
+                "--namespace",
+                namespace,
+                "--http-addr",
+                &http,
+                "--fetcher-image",
+                "kmirror:test",
+            ])
             .args(extra)
             .env("KUBECONFIG", bed.var("KUBECONFIG"))
             .env("RUST_LOG", "info,kube=warn,librdkafka=warn")
@@ -88,7 +95,11 @@ pub fn http_get(addr: &str, path: &str) -> Option<String> {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(addr).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").ok()?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
     let mut response = String::new();
     stream.read_to_string(&mut response).ok()?;
     let (head, body) = response.split_once("\r\n\r\n")?;
@@ -109,9 +120,16 @@ impl Scenario {
     pub async fn new(bed: &Testbed, prefix: &str) -> Scenario {
         let client = bed.kube_client().await.expect("kube client");
         crate::crds::install(&client).await.expect("CRDs");
-        let ns = crate::namespace::create(&client, prefix).await.expect("namespace");
+        let ns = crate::namespace::create(&client, prefix)
+            .await
+            .expect("namespace");
         let s = Scenario { client, ns };
-        s.secret("destination-credentials", "password", bed.var("KMIRROR_MIRROR_PASSWORD")).await;
+        s.secret(
+            "destination-credentials",
+            "password",
+            bed.var("KMIRROR_MIRROR_PASSWORD"),
+        )
+        .await;
         s
     }
 
@@ -122,7 +140,11 @@ impl Scenario {
         }))
         .unwrap();
         Api::<Secret>::namespaced(self.client.clone(), &self.ns)
-            .patch(name, &PatchParams::apply("kmirror-e2e").force(), &Patch::Apply(&secret))
+            .patch(
+                name,
+                &PatchParams::apply("kmirror-e2e").force(),
+                &Patch::Apply(&secret),
+            )
             .await
             .expect("apply secret");
     }
@@ -144,7 +166,11 @@ impl Scenario {
     pub async fn apply_mirror(&self, name: &str, spec: Value) {
         let cm = json!({"apiVersion": "kmirror.io/v1alpha1", "kind": "ClusterMirror", "metadata": {"name": name}, "spec": spec});
         Api::<ClusterMirror>::namespaced(self.client.clone(), &self.ns)
-            .patch(name, &PatchParams::apply("kmirror-e2e").force(), &Patch::Apply(&cm))
+            .patch(
+                name,
+                &PatchParams::apply("kmirror-e2e").force(),
+                &Patch::Apply(&cm),
+            )
             .await
             .expect("apply ClusterMirror");
     }
@@ -153,7 +179,11 @@ impl Scenario {
     pub async fn apply_topic(&self, name: &str, spec: Value) {
         let mt = json!({"apiVersion": "kmirror.io/v1alpha1", "kind": "MirrorTopic", "metadata": {"name": name}, "spec": spec});
         Api::<MirrorTopic>::namespaced(self.client.clone(), &self.ns)
-            .patch(name, &PatchParams::apply("kmirror-e2e").force(), &Patch::Apply(&mt))
+            .patch(
+                name,
+                &PatchParams::apply("kmirror-e2e").force(),
+                &Patch::Apply(&mt),
+            )
             .await
             .expect("apply MirrorTopic");
     }
@@ -161,14 +191,21 @@ impl Scenario {
     /// Merge-patches a MirrorTopic's spec.
     pub async fn patch_topic(&self, name: &str, spec: Value) {
         Api::<MirrorTopic>::namespaced(self.client.clone(), &self.ns)
-            .patch(name, &PatchParams::default(), &Patch::Merge(json!({"spec": spec})))
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": spec})),
+            )
             .await
             .expect("patch MirrorTopic");
     }
 
     /// The MirrorTopic, if it exists.
     pub async fn topic(&self, name: &str) -> Option<MirrorTopic> {
-        Api::<MirrorTopic>::namespaced(self.client.clone(), &self.ns).get_opt(name).await.expect("get MirrorTopic")
+        Api::<MirrorTopic>::namespaced(self.client.clone(), &self.ns)
+            .get_opt(name)
+            .await
+            .expect("get MirrorTopic")
     }
 
     /// All MirrorTopics.
@@ -182,7 +219,10 @@ impl Scenario {
 
     /// The ClusterMirror.
     pub async fn mirror(&self, name: &str) -> ClusterMirror {
-        Api::<ClusterMirror>::namespaced(self.client.clone(), &self.ns).get(name).await.expect("get ClusterMirror")
+        Api::<ClusterMirror>::namespaced(self.client.clone(), &self.ns)
+            .get(name)
+            .await
+            .expect("get ClusterMirror")
     }
 
     /// Fetcher pods of the namespace.
@@ -208,7 +248,13 @@ impl Scenario {
     }
 
     /// Waits until `check` holds for the MirrorTopic; returns it.
-    pub async fn wait_topic(&self, name: &str, what: &str, timeout: Duration, check: impl Fn(&MirrorTopic) -> bool) -> MirrorTopic {
+    pub async fn wait_topic(
+        &self,
+        name: &str,
+        what: &str,
+        timeout: Duration,
+        check: impl Fn(&MirrorTopic) -> bool,
+    ) -> MirrorTopic {
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(t) = self.topic(name).await
@@ -218,14 +264,23 @@ impl Scenario {
             }
             if Instant::now() > deadline {
                 let t = self.topic(name).await;
-                panic!("timed out after {timeout:?} waiting for {what}; MirrorTopic {name}: {}", serde_json::to_string_pretty(&t.map(|t| t.status)).unwrap());
+                panic!(
+                    "timed out after {timeout:?} waiting for {what}; MirrorTopic {name}: {}",
+                    serde_json::to_string_pretty(&t.map(|t| t.status)).unwrap()
+                );
             }
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
     }
 
     /// Waits until `check` holds for the ClusterMirror.
-    pub async fn wait_mirror(&self, name: &str, what: &str, timeout: Duration, check: impl Fn(&ClusterMirror) -> bool) -> ClusterMirror {
+    pub async fn wait_mirror(
+        &self,
+        name: &str,
+        what: &str,
+        timeout: Duration,
+        check: impl Fn(&ClusterMirror) -> bool,
+    ) -> ClusterMirror {
         let deadline = Instant::now() + timeout;
         loop {
             let m = self.mirror(name).await;
@@ -233,7 +288,10 @@ impl Scenario {
                 return m;
             }
             if Instant::now() > deadline {
-                panic!("timed out after {timeout:?} waiting for {what}; ClusterMirror {name}: {}", serde_json::to_string_pretty(&m.status).unwrap());
+                panic!(
+                    "timed out after {timeout:?} waiting for {what}; ClusterMirror {name}: {}",
+                    serde_json::to_string_pretty(&m.status).unwrap()
+                );
             }
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
@@ -247,23 +305,37 @@ impl Scenario {
     /// Creates an object from JSON in the namespace (for kinds without a helper).
     pub async fn create<K>(&self, object: Value) -> K
     where
-        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope> + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + serde::de::DeserializeOwned
+            + serde::Serialize
+            + std::fmt::Debug,
         K::DynamicType: Default,
     {
         let object: K = serde_json::from_value(object).unwrap();
-        Api::<K>::namespaced(self.client.clone(), &self.ns).create(&PostParams::default(), &object).await.expect("create")
+        Api::<K>::namespaced(self.client.clone(), &self.ns)
+            .create(&PostParams::default(), &object)
+            .await
+            .expect("create")
     }
 }
 
 /// Whether every partition of a MirrorTopic is in `state`.
-pub fn all_partitions(t: &MirrorTopic, state: kmirror_crds::v1alpha1::PartitionState, count: usize) -> bool {
-    t.status
-        .as_ref()
-        .is_some_and(|s| s.partitions.len() == count && s.partitions.iter().all(|p| p.state == state))
+pub fn all_partitions(
+    t: &MirrorTopic,
+    state: kmirror_crds::v1alpha1::PartitionState,
+    count: usize,
+) -> bool {
+    t.status.as_ref().is_some_and(|s| {
+        s.partitions.len() == count && s.partitions.iter().all(|p| p.state == state)
+    })
 }
 
 /// Condition status by type.
-pub fn condition(conditions: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition], type_: &str) -> Option<(String, String, String)> {
+pub fn condition(
+    conditions: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+    type_: &str,
+) -> Option<(String, String, String)> {
     conditions
         .iter()
         .find(|c| c.type_ == type_)
@@ -281,7 +353,9 @@ pub fn pods_per_partition(pods: &[Pod]) -> BTreeMap<i32, Vec<String>> {
             .and_then(|a| a.get("kmirror.io/partitions").cloned())
             .unwrap_or_default();
         for p in parts.split(',').filter_map(|p| p.parse().ok()) {
-            out.entry(p).or_default().push(pod.metadata.name.clone().unwrap_or_default());
+            out.entry(p)
+                .or_default()
+                .push(pod.metadata.name.clone().unwrap_or_default());
         }
     }
     out

@@ -6,8 +6,12 @@ use std::time::{Duration, Instant};
 use kmirror_crds::v1alpha1::PartitionState;
 use kmirror_e2e::Testbed;
 use kmirror_e2e::fetcher::{ensure_state_topic, verify};
-use kmirror_e2e::kafka::{DestUser, create_topic, mixed_records, produce_all, unique_name, watermarks};
-use kmirror_e2e::operator::{OperatorProcess, Scenario, all_partitions, condition, pods_per_partition};
+use kmirror_e2e::kafka::{
+    DestUser, create_topic, mixed_records, produce_all, unique_name, watermarks,
+};
+use kmirror_e2e::operator::{
+    OperatorProcess, Scenario, all_partitions, condition, pods_per_partition,
+};
 use kmirror_fetcher::Isolation;
 use serde_json::json;
 
@@ -15,8 +19,19 @@ fn verify_all(bed: &Testbed, ns: &str, mirror: &str, topic: &str, partitions: i3
     let source = bed.source_config();
     let mut total = 0;
     for p in 0..partitions {
-        let report = verify(bed, &source, &format!("{ns}/{mirror}"), topic, topic, p, Isolation::ReadCommitted);
-        assert!(report.is_clean() && report.offsets_identical && report.trailing == 0, "partition {p}: {report:?}");
+        let report = verify(
+            bed,
+            &source,
+            &format!("{ns}/{mirror}"),
+            topic,
+            topic,
+            p,
+            Isolation::ReadCommitted,
+        );
+        assert!(
+            report.is_clean() && report.offsets_identical && report.trailing == 0,
+            "partition {p}: {report:?}"
+        );
         total += report.matched;
     }
     total
@@ -26,8 +41,14 @@ async fn wait_caught_up(bed: &Testbed, topic: &str, partitions: i32) {
     let dest = bed.dest_config(DestUser::Admin);
     let source = bed.source_config();
     let deadline = Instant::now() + Duration::from_secs(90);
-    while !(0..partitions).all(|p| watermarks(&source, topic, p).unwrap().1 == watermarks(&dest, topic, p).map(|w| w.1).unwrap_or(-1)) {
-        assert!(Instant::now() < deadline, "the destination did not catch up");
+    while !(0..partitions).all(|p| {
+        watermarks(&source, topic, p).unwrap().1
+            == watermarks(&dest, topic, p).map(|w| w.1).unwrap_or(-1)
+    }) {
+        assert!(
+            Instant::now() < deadline,
+            "the destination did not catch up"
+        );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
@@ -38,42 +59,90 @@ async fn six_partitions_mirror_at_identical_offsets_with_pods_and_status() {
     ensure_state_topic(bed);
     let s = Scenario::new(bed, "op-six").await;
     let topic = unique_name("six");
-    create_topic(&bed.source_config(), &topic, 6, &[("retention.ms", "86400000"), ("cleanup.policy", "delete")]).await.unwrap();
-    produce_all(&bed.source_config(), &topic, &mixed_records(3000, 6, 0, 11), &[]).unwrap();
+    create_topic(
+        &bed.source_config(),
+        &topic,
+        6,
+        &[("retention.ms", "86400000"), ("cleanup.policy", "delete")],
+    )
+    .await
+    .unwrap();
+    produce_all(
+        &bed.source_config(),
+        &topic,
+        &mixed_records(3000, 6, 0, 11),
+        &[],
+    )
+    .unwrap();
     let _op = OperatorProcess::spawn(bed, &s.ns, &[]);
     s.apply_mirror("dr", Scenario::mirror_spec(bed)).await;
     let started = Instant::now();
-    s.apply_topic("orders", json!({"mirror": "dr", "sourceTopic": topic})).await;
+    s.apply_topic("orders", json!({"mirror": "dr", "sourceTopic": topic}))
+        .await;
     let t = s
-        .wait_topic("orders", "all 6 partitions MIRRORING", Duration::from_secs(60), |t| all_partitions(t, PartitionState::Mirroring, 6))
+        .wait_topic(
+            "orders",
+            "all 6 partitions MIRRORING",
+            Duration::from_secs(60),
+            |t| all_partitions(t, PartitionState::Mirroring, 6),
+        )
         .await;
     eprintln!("6 partitions MIRRORING after {:?}", started.elapsed());
-    assert_eq!(t.status.as_ref().unwrap().phase.as_deref(), Some("Mirroring"));
+    assert_eq!(
+        t.status.as_ref().unwrap().phase.as_deref(),
+        Some("Mirroring")
+    );
     // The destination topic got the source's partitions and configs.
     let dest = bed.dest_config(DestUser::Admin);
-    assert!(watermarks(&dest, &topic, 5).is_ok(), "destination has partition 5");
-    let configs = kmirror_e2e::kafka::topic_configs(&dest, &topic).await.unwrap();
-    assert_eq!(configs.get("retention.ms").map(String::as_str), Some("86400000"));
+    assert!(
+        watermarks(&dest, &topic, 5).is_ok(),
+        "destination has partition 5"
+    );
+    let configs = kmirror_e2e::kafka::topic_configs(&dest, &topic)
+        .await
+        .unwrap();
+    assert_eq!(
+        configs.get("retention.ms").map(String::as_str),
+        Some("86400000")
+    );
     // Six fetcher pods run on the node agent.
     let pods = s.pods().await;
     assert_eq!(pods.len(), 6, "one pod per partition");
     let per_partition = pods_per_partition(&pods);
     assert!((0..6).all(|p| per_partition.get(&p).map(Vec::len) == Some(1)));
     for pod in &pods {
-        assert_eq!(pod.spec.as_ref().unwrap().node_name.as_deref(), Some(bed.var("KMIRROR_NODE_NAME")));
+        assert_eq!(
+            pod.spec.as_ref().unwrap().node_name.as_deref(),
+            Some(bed.var("KMIRROR_NODE_NAME"))
+        );
     }
     // Records produced now appear at identical offsets, and the lag returns to 0.
-    produce_all(&bed.source_config(), &topic, &mixed_records(3000, 6, 0, 12), &[]).unwrap();
+    produce_all(
+        &bed.source_config(),
+        &topic,
+        &mixed_records(3000, 6, 0, 12),
+        &[],
+    )
+    .unwrap();
     wait_caught_up(bed, &topic, 6).await;
     s.wait_topic("orders", "lag 0 in status", Duration::from_secs(30), |t| {
-        t.status.as_ref().is_some_and(|st| st.max_lag == Some(0) && st.partitions.iter().all(|p| p.lag == Some(0) && p.offsets_identical == Some(true)))
+        t.status.as_ref().is_some_and(|st| {
+            st.max_lag == Some(0)
+                && st
+                    .partitions
+                    .iter()
+                    .all(|p| p.lag == Some(0) && p.offsets_identical == Some(true))
+        })
     })
     .await;
     assert_eq!(verify_all(bed, &s.ns, "dr", &topic, 6), 6000);
-    let cm = s.wait_mirror("dr", "Ready", Duration::from_secs(30), |m| {
-        m.status.as_ref().is_some_and(|st| condition(&st.conditions, "Ready").is_some_and(|c| c.0 == "True"))
-    })
-    .await;
+    let cm = s
+        .wait_mirror("dr", "Ready", Duration::from_secs(30), |m| {
+            m.status
+                .as_ref()
+                .is_some_and(|st| condition(&st.conditions, "Ready").is_some_and(|c| c.0 == "True"))
+        })
+        .await;
     assert_eq!(cm.status.as_ref().unwrap().partitions.mirroring, 6);
     s.cleanup().await;
 }
@@ -86,12 +155,17 @@ async fn include_filter_creates_topics_for_matches_only_including_new_ones() {
     let prefix = unique_name("flt");
     let source = bed.source_config();
     for name in ["a", "b"] {
-        create_topic(&source, &format!("{prefix}.{name}"), 1, &[]).await.unwrap();
+        create_topic(&source, &format!("{prefix}.{name}"), 1, &[])
+            .await
+            .unwrap();
     }
-    create_topic(&source, &format!("other-{prefix}"), 1, &[]).await.unwrap();
+    create_topic(&source, &format!("other-{prefix}"), 1, &[])
+        .await
+        .unwrap();
     let _op = OperatorProcess::spawn(bed, &s.ns, &[]);
     let mut spec = Scenario::mirror_spec(bed);
-    spec["topics"] = json!({"include": [{"prefix": format!("{prefix}.")}], "exclude": [{"regex": ".*\\.b"}]});
+    spec["topics"] =
+        json!({"include": [{"prefix": format!("{prefix}.")}], "exclude": [{"regex": ".*\\.b"}]});
     s.apply_mirror("filtered", spec).await;
     let deadline = Instant::now() + Duration::from_secs(60);
     let names = |topics: &[kmirror_crds::v1alpha1::MirrorTopic]| {
@@ -100,18 +174,33 @@ async fn include_filter_creates_topics_for_matches_only_including_new_ones() {
         v
     };
     while names(&s.topics().await) != vec![format!("{prefix}.a")] {
-        assert!(Instant::now() < deadline, "MirrorTopics: {:?}", names(&s.topics().await));
+        assert!(
+            Instant::now() < deadline,
+            "MirrorTopics: {:?}",
+            names(&s.topics().await)
+        );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     // A topic created afterwards is picked up by the next sync.
-    create_topic(&source, &format!("{prefix}.c"), 1, &[]).await.unwrap();
+    create_topic(&source, &format!("{prefix}.c"), 1, &[])
+        .await
+        .unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
     while names(&s.topics().await) != vec![format!("{prefix}.a"), format!("{prefix}.c")] {
-        assert!(Instant::now() < deadline, "MirrorTopics: {:?}", names(&s.topics().await));
+        assert!(
+            Instant::now() < deadline,
+            "MirrorTopics: {:?}",
+            names(&s.topics().await)
+        );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let topics = s.topics().await;
-    assert!(topics.iter().all(|t| t.metadata.owner_references.as_ref().is_some_and(|o| o[0].kind == "ClusterMirror")));
+    assert!(topics.iter().all(|t| {
+        t.metadata
+            .owner_references
+            .as_ref()
+            .is_some_and(|o| o[0].kind == "ClusterMirror")
+    }));
     s.cleanup().await;
 }
 
@@ -121,31 +210,66 @@ async fn pause_stops_pods_and_resume_loses_nothing() {
     ensure_state_topic(bed);
     let s = Scenario::new(bed, "op-pause").await;
     let topic = unique_name("pause");
-    create_topic(&bed.source_config(), &topic, 2, &[]).await.unwrap();
-    produce_all(&bed.source_config(), &topic, &mixed_records(2000, 2, 0, 21), &[]).unwrap();
+    create_topic(&bed.source_config(), &topic, 2, &[])
+        .await
+        .unwrap();
+    produce_all(
+        &bed.source_config(),
+        &topic,
+        &mixed_records(2000, 2, 0, 21),
+        &[],
+    )
+    .unwrap();
     let _op = OperatorProcess::spawn(bed, &s.ns, &[]);
     s.apply_mirror("dr", Scenario::mirror_spec(bed)).await;
-    s.apply_topic("t", json!({"mirror": "dr", "sourceTopic": topic})).await;
-    s.wait_topic("t", "MIRRORING", Duration::from_secs(60), |t| all_partitions(t, PartitionState::Mirroring, 2)).await;
+    s.apply_topic("t", json!({"mirror": "dr", "sourceTopic": topic}))
+        .await;
+    s.wait_topic("t", "MIRRORING", Duration::from_secs(60), |t| {
+        all_partitions(t, PartitionState::Mirroring, 2)
+    })
+    .await;
     wait_caught_up(bed, &topic, 2).await;
 
     s.patch_topic("t", json!({"state": "Paused"})).await;
-    s.wait_topic("t", "PAUSED", Duration::from_secs(60), |t| all_partitions(t, PartitionState::Paused, 2)).await;
+    s.wait_topic("t", "PAUSED", Duration::from_secs(60), |t| {
+        all_partitions(t, PartitionState::Paused, 2)
+    })
+    .await;
     let deadline = Instant::now() + Duration::from_secs(60);
     while !s.pods().await.is_empty() {
-        assert!(Instant::now() < deadline, "fetcher pods still exist while paused");
+        assert!(
+            Instant::now() < deadline,
+            "fetcher pods still exist while paused"
+        );
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     // While paused nothing is copied.
-    produce_all(&bed.source_config(), &topic, &mixed_records(2000, 2, 0, 22), &[]).unwrap();
+    produce_all(
+        &bed.source_config(),
+        &topic,
+        &mixed_records(2000, 2, 0, 22),
+        &[],
+    )
+    .unwrap();
     tokio::time::sleep(Duration::from_secs(3)).await;
     let dest = bed.dest_config(DestUser::Admin);
-    assert_eq!(watermarks(&dest, &topic, 0).unwrap().1, 1000, "paused: nothing new on the destination");
+    assert_eq!(
+        watermarks(&dest, &topic, 0).unwrap().1,
+        1000,
+        "paused: nothing new on the destination"
+    );
     let t = s.topic("t").await.unwrap();
-    assert_eq!(condition(&t.status.unwrap().conditions, "Ready").map(|c| c.0), Some("True".into()), "Paused is the settled state");
+    assert_eq!(
+        condition(&t.status.unwrap().conditions, "Ready").map(|c| c.0),
+        Some("True".into()),
+        "Paused is the settled state"
+    );
 
     s.patch_topic("t", json!({"state": "Mirroring"})).await;
-    s.wait_topic("t", "MIRRORING again", Duration::from_secs(60), |t| all_partitions(t, PartitionState::Mirroring, 2)).await;
+    s.wait_topic("t", "MIRRORING again", Duration::from_secs(60), |t| {
+        all_partitions(t, PartitionState::Mirroring, 2)
+    })
+    .await;
     wait_caught_up(bed, &topic, 2).await;
     assert_eq!(verify_all(bed, &s.ns, "dr", &topic, 2), 4000);
     s.cleanup().await;
@@ -158,48 +282,95 @@ async fn invalid_input_becomes_conditions_and_events_without_a_crash() {
     let s = Scenario::new(bed, "op-invalid").await;
     let mut op = OperatorProcess::spawn(bed, &s.ns, &[]);
     let ready = |m: &kmirror_crds::v1alpha1::ClusterMirror, t: &str| {
-        m.status.as_ref().and_then(|st| condition(&st.conditions, t))
+        m.status
+            .as_ref()
+            .and_then(|st| condition(&st.conditions, t))
     };
 
     // A regex CEL cannot check.
     let mut spec = Scenario::mirror_spec(bed);
     spec["topics"] = json!({"include": [{"regex": "orders.("}]});
     s.apply_mirror("bad-regex", spec).await;
-    let m = s.wait_mirror("bad-regex", "InvalidSpec", Duration::from_secs(30), |m| ready(m, "Ready").is_some_and(|c| c.1 == "InvalidSpec")).await;
-    assert!(ready(&m, "Ready").unwrap().2.contains("invalid regex \"orders.(\" in spec.topics.include[0]"), "{:?}", ready(&m, "Ready"));
+    let m = s
+        .wait_mirror("bad-regex", "InvalidSpec", Duration::from_secs(30), |m| {
+            ready(m, "Ready").is_some_and(|c| c.1 == "InvalidSpec")
+        })
+        .await;
+    assert!(
+        ready(&m, "Ready")
+            .unwrap()
+            .2
+            .contains("invalid regex \"orders.(\" in spec.topics.include[0]"),
+        "{:?}",
+        ready(&m, "Ready")
+    );
 
     // A Secret that does not exist.
     let mut spec = Scenario::mirror_spec(bed);
     spec["destination"]["sasl"]["password"]["name"] = json!("nope");
     s.apply_mirror("no-secret", spec).await;
-    let m = s.wait_mirror("no-secret", "SecretNotFound", Duration::from_secs(30), |m| ready(m, "DestinationReachable").is_some_and(|c| c.1 == "SecretNotFound")).await;
+    let m = s
+        .wait_mirror(
+            "no-secret",
+            "SecretNotFound",
+            Duration::from_secs(30),
+            |m| ready(m, "DestinationReachable").is_some_and(|c| c.1 == "SecretNotFound"),
+        )
+        .await;
     let message = ready(&m, "DestinationReachable").unwrap().2;
-    assert!(message.contains("Secret \"nope\"") && !message.contains(bed.var("KMIRROR_MIRROR_PASSWORD")), "{message}");
+    assert!(
+        message.contains("Secret \"nope\"")
+            && !message.contains(bed.var("KMIRROR_MIRROR_PASSWORD")),
+        "{message}"
+    );
 
     // An unreachable cluster.
     let mut spec = Scenario::mirror_spec(bed);
     spec["source"]["bootstrapServers"] = json!("127.0.0.1:1");
     s.apply_mirror("unreachable", spec).await;
-    s.wait_mirror("unreachable", "Unreachable", Duration::from_secs(60), |m| ready(m, "SourceReachable").is_some_and(|c| c.1 == "Unreachable")).await;
+    s.wait_mirror("unreachable", "Unreachable", Duration::from_secs(60), |m| {
+        ready(m, "SourceReachable").is_some_and(|c| c.1 == "Unreachable")
+    })
+    .await;
 
     // A wrong pinned cluster ID.
     let mut spec = Scenario::mirror_spec(bed);
     spec["destination"]["clusterId"] = json!("AAAAAAAAAAAAAAAAAAAAAA");
     s.apply_mirror("wrong-id", spec).await;
-    let m = s.wait_mirror("wrong-id", "ClusterIdMismatch", Duration::from_secs(30), |m| ready(m, "DestinationReachable").is_some_and(|c| c.1 == "ClusterIdMismatch")).await;
+    let m = s
+        .wait_mirror(
+            "wrong-id",
+            "ClusterIdMismatch",
+            Duration::from_secs(30),
+            |m| ready(m, "DestinationReachable").is_some_and(|c| c.1 == "ClusterIdMismatch"),
+        )
+        .await;
     assert_eq!(ready(&m, "Ready").map(|c| c.0), Some("False".into()));
 
     // A MirrorTopic of a mirror that does not exist.
-    s.apply_topic("orphan", json!({"mirror": "missing", "sourceTopic": "t"})).await;
+    s.apply_topic("orphan", json!({"mirror": "missing", "sourceTopic": "t"}))
+        .await;
     s.wait_topic("orphan", "MirrorNotFound", Duration::from_secs(30), |t| {
-        t.status.as_ref().and_then(|st| condition(&st.conditions, "Ready")).is_some_and(|c| c.1 == "MirrorNotFound")
+        t.status
+            .as_ref()
+            .and_then(|st| condition(&st.conditions, "Ready"))
+            .is_some_and(|c| c.1 == "MirrorNotFound")
     })
     .await;
 
-    for (name, reason) in [("bad-regex", "InvalidSpec"), ("no-secret", "SecretNotFound"), ("unreachable", "Unreachable"), ("wrong-id", "ClusterIdMismatch")] {
+    for (name, reason) in [
+        ("bad-regex", "InvalidSpec"),
+        ("no-secret", "SecretNotFound"),
+        ("unreachable", "Unreachable"),
+        ("wrong-id", "ClusterIdMismatch"),
+    ] {
         let deadline = Instant::now() + Duration::from_secs(20);
         while !s.events(name).await.iter().any(|(r, _)| r == reason) {
-            assert!(Instant::now() < deadline, "no {reason} event for {name}: {:?}", s.events(name).await);
+            assert!(
+                Instant::now() < deadline,
+                "no {reason} event for {name}: {:?}",
+                s.events(name).await
+            );
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
     }
@@ -213,13 +384,16 @@ async fn two_hundred_partitions_reach_mirroring_with_bounded_status_writes() {
     ensure_state_topic(bed);
     let s = Scenario::new(bed, "op-200").await;
     let topic = unique_name("wide");
-    create_topic(&bed.source_config(), &topic, 200, &[]).await.unwrap();
+    create_topic(&bed.source_config(), &topic, 200, &[])
+        .await
+        .unwrap();
     let op = OperatorProcess::spawn(bed, &s.ns, &[]);
     let mut spec = Scenario::mirror_spec(bed);
     spec["fetcher"] = json!({"partitionsPerPod": 20});
     s.apply_mirror("wide", spec).await;
     let started = Instant::now();
-    s.apply_topic("wide", json!({"mirror": "wide", "sourceTopic": topic})).await;
+    s.apply_topic("wide", json!({"mirror": "wide", "sourceTopic": topic}))
+        .await;
     // Count status writes by watching resourceVersion changes of the object.
     let mut versions = std::collections::BTreeSet::new();
     let deadline = Instant::now() + Duration::from_secs(180);
@@ -229,26 +403,52 @@ async fn two_hundred_partitions_reach_mirroring_with_bounded_status_writes() {
         if all_partitions(&t, PartitionState::Mirroring, 200) {
             break;
         }
-        assert!(Instant::now() < deadline, "200 partitions did not reach MIRRORING: {:?}", t.status.map(|s| s.partitions_summary));
+        assert!(
+            Instant::now() < deadline,
+            "200 partitions did not reach MIRRORING: {:?}",
+            t.status.map(|s| s.partitions_summary)
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let took = started.elapsed();
-    let writes = op.metric("kmirror_operator_status_writes_total{kind=\"MirrorTopic\"}").unwrap_or(0.0);
+    let writes = op
+        .metric("kmirror_operator_status_writes_total{kind=\"MirrorTopic\"}")
+        .unwrap_or(0.0);
     let rate = writes / took.as_secs_f64();
-    eprintln!("200 partitions MIRRORING after {took:?}: {writes} MirrorTopic status writes ({rate:.2}/s), {} object versions seen", versions.len());
+    eprintln!(
+        "200 partitions MIRRORING after {took:?}: {writes} MirrorTopic status writes ({rate:.2}/s), {} object versions seen",
+        versions.len()
+    );
     assert!(rate <= 1.2, "status written {rate:.2} times per second");
     assert_eq!(s.pods().await.len(), 10, "200 partitions / 20 per pod");
     // Under traffic, lag and offsets change all the time; the status still moves at most about
     // once per second.
-    let before = op.metric("kmirror_operator_status_writes_total{kind=\"MirrorTopic\"}").unwrap_or(0.0);
+    let before = op
+        .metric("kmirror_operator_status_writes_total{kind=\"MirrorTopic\"}")
+        .unwrap_or(0.0);
     let window = Instant::now();
     while window.elapsed() < Duration::from_secs(10) {
-        produce_all(&bed.source_config(), &topic, &mixed_records(2000, 200, 0, window.elapsed().as_millis() as u64), &[]).unwrap();
+        produce_all(
+            &bed.source_config(),
+            &topic,
+            &mixed_records(2000, 200, 0, window.elapsed().as_millis() as u64),
+            &[],
+        )
+        .unwrap();
     }
-    let writes = op.metric("kmirror_operator_status_writes_total{kind=\"MirrorTopic\"}").unwrap_or(0.0) - before;
+    let writes = op
+        .metric("kmirror_operator_status_writes_total{kind=\"MirrorTopic\"}")
+        .unwrap_or(0.0)
+        - before;
     let rate = writes / window.elapsed().as_secs_f64();
-    eprintln!("under traffic: {writes} status writes in {:?} ({rate:.2}/s)", window.elapsed());
+    eprintln!(
+        "under traffic: {writes} status writes in {:?} ({rate:.2}/s)",
+        window.elapsed()
+    );
     assert!(writes >= 2.0, "the status follows the traffic");
-    assert!(rate <= 1.2, "status written {rate:.2} times per second under traffic");
+    assert!(
+        rate <= 1.2,
+        "status written {rate:.2} times per second under traffic"
+    );
     s.cleanup().await;
 }

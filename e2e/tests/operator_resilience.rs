@@ -7,7 +7,9 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kmirror_crds::v1alpha1::PartitionState;
 use kmirror_e2e::Testbed;
 use kmirror_e2e::fetcher::{ensure_state_topic, recorded, verify};
-use kmirror_e2e::kafka::{DestUser, Rng, create_topic, mixed_records, produce_all, unique_name, watermarks};
+use kmirror_e2e::kafka::{
+    DestUser, Rng, create_topic, mixed_records, produce_all, unique_name, watermarks,
+};
 use kmirror_e2e::operator::{OperatorProcess, Scenario, all_partitions, pods_per_partition};
 use kmirror_fetcher::Isolation;
 use kube::Api;
@@ -23,15 +25,25 @@ async fn check_single_fetcher(s: &Scenario, seen_max: &mut usize) {
 }
 
 #[tokio::test]
-async fn killing_the_operator_at_random_moments_keeps_one_fetcher_per_partition_and_every_transition() {
+async fn killing_the_operator_at_random_moments_keeps_one_fetcher_per_partition_and_every_transition()
+ {
     let bed = Testbed::get();
     ensure_state_topic(bed);
     let s = Scenario::new(bed, "op-kill").await;
     let topic = unique_name("kill");
-    create_topic(&bed.source_config(), &topic, 4, &[]).await.unwrap();
-    produce_all(&bed.source_config(), &topic, &mixed_records(4000, 4, 0, 31), &[]).unwrap();
+    create_topic(&bed.source_config(), &topic, 4, &[])
+        .await
+        .unwrap();
+    produce_all(
+        &bed.source_config(),
+        &topic,
+        &mixed_records(4000, 4, 0, 31),
+        &[],
+    )
+    .unwrap();
     s.apply_mirror("dr", Scenario::mirror_spec(bed)).await;
-    s.apply_topic("t", json!({"mirror": "dr", "sourceTopic": topic})).await;
+    s.apply_topic("t", json!({"mirror": "dr", "sourceTopic": topic}))
+        .await;
     let mut rng = Rng::new(99);
     let mut max_seen = 0;
     let mut kills = 0;
@@ -60,26 +72,50 @@ async fn killing_the_operator_at_random_moments_keeps_one_fetcher_per_partition_
             if all_partitions(&t, target, 4) {
                 break;
             }
-            assert!(Instant::now() < deadline, "flow to {state} did not complete: {:?}", t.status);
+            assert!(
+                Instant::now() < deadline,
+                "flow to {state} did not complete: {:?}",
+                t.status
+            );
         }
     }
     assert!(kills >= 5, "killed the operator {kills} times");
     // A final operator finishes; the data is exact and every partition's state epoch shows each
     // transition persisted in order.
     let _op = OperatorProcess::spawn(bed, &s.ns, &[]);
-    s.wait_topic("t", "MIRRORING", Duration::from_secs(60), |t| all_partitions(t, PartitionState::Mirroring, 4)).await;
+    s.wait_topic("t", "MIRRORING", Duration::from_secs(60), |t| {
+        all_partitions(t, PartitionState::Mirroring, 4)
+    })
+    .await;
     let dest = bed.dest_config(DestUser::Admin);
     let deadline = Instant::now() + Duration::from_secs(60);
-    while !(0..4).all(|p| watermarks(&bed.source_config(), &topic, p).unwrap().1 == watermarks(&dest, &topic, p).unwrap().1) {
+    while !(0..4).all(|p| {
+        watermarks(&bed.source_config(), &topic, p).unwrap().1
+            == watermarks(&dest, &topic, p).unwrap().1
+    }) {
         assert!(Instant::now() < deadline, "no catch-up");
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     for p in 0..4 {
-        let report = verify(bed, &bed.source_config(), &format!("{}/dr", s.ns), &topic, &topic, p, Isolation::ReadCommitted);
+        let report = verify(
+            bed,
+            &bed.source_config(),
+            &format!("{}/dr", s.ns),
+            &topic,
+            &topic,
+            p,
+            Isolation::ReadCommitted,
+        );
         assert!(report.is_clean() && report.offsets_identical, "{report:?}");
-        let state = recorded(bed, &format!("{}/dr", s.ns), &topic, p).state.unwrap();
+        let state = recorded(bed, &format!("{}/dr", s.ns), &topic, p)
+            .state
+            .unwrap();
         // UNKNOWN->PREPARING->MIRRORING, then 2x (->PAUSED ->PREPARING ->MIRRORING): 8 epochs.
-        assert_eq!((state.state, state.state_epoch), (PartitionState::Mirroring, 8), "partition {p}: every transition persisted once");
+        assert_eq!(
+            (state.state, state.state_epoch),
+            (PartitionState::Mirroring, 8),
+            "partition {p}: every transition persisted once"
+        );
     }
     eprintln!("{kills} operator kills; at most {max_seen} pod per partition");
     s.cleanup().await;
@@ -91,11 +127,25 @@ async fn leader_election_lets_only_the_leader_write_and_hands_over() {
     ensure_state_topic(bed);
     let s = Scenario::new(bed, "op-lease").await;
     let topic = unique_name("lease");
-    create_topic(&bed.source_config(), &topic, 1, &[]).await.unwrap();
-    let lease_args = ["--leader-election", "--lease-namespace", &s.ns, "--lease-duration-seconds", "6"];
+    create_topic(&bed.source_config(), &topic, 1, &[])
+        .await
+        .unwrap();
+    let lease_args = [
+        "--leader-election",
+        "--lease-namespace",
+        &s.ns,
+        "--lease-duration-seconds",
+        "6",
+    ];
     let mut a = OperatorProcess::spawn(bed, &s.ns, &lease_args);
     let leases: Api<Lease> = Api::namespaced(s.client.clone(), &s.ns);
-    let holder = || async { leases.get_opt("kmirror-operator").await.unwrap().and_then(|l| l.spec?.holder_identity) };
+    let holder = || async {
+        leases
+            .get_opt("kmirror-operator")
+            .await
+            .unwrap()
+            .and_then(|l| l.spec?.holder_identity)
+    };
     let deadline = Instant::now() + Duration::from_secs(30);
     while holder().await.is_none() {
         assert!(Instant::now() < deadline, "no leader: {}", a.log_text());
@@ -104,9 +154,16 @@ async fn leader_election_lets_only_the_leader_write_and_hands_over() {
     let first = holder().await.unwrap();
     let mut b = OperatorProcess::spawn(bed, &s.ns, &lease_args);
     s.apply_mirror("dr", Scenario::mirror_spec(bed)).await;
-    s.apply_topic("one", json!({"mirror": "dr", "sourceTopic": topic})).await;
-    s.wait_topic("one", "MIRRORING", Duration::from_secs(60), |t| all_partitions(t, PartitionState::Mirroring, 1)).await;
-    let reconciles = |op: &OperatorProcess| op.metric("kmirror_operator_reconciles_total{controller=\"mirrortopic\"}").unwrap_or(0.0);
+    s.apply_topic("one", json!({"mirror": "dr", "sourceTopic": topic}))
+        .await;
+    s.wait_topic("one", "MIRRORING", Duration::from_secs(60), |t| {
+        all_partitions(t, PartitionState::Mirroring, 1)
+    })
+    .await;
+    let reconciles = |op: &OperatorProcess| {
+        op.metric("kmirror_operator_reconciles_total{controller=\"mirrortopic\"}")
+            .unwrap_or(0.0)
+    };
     assert!(reconciles(&a) > 0.0, "the leader works");
     assert_eq!(reconciles(&b), 0.0, "the standby does not reconcile");
     assert_eq!(b.metric("kmirror_operator_leader"), Some(0.0));
@@ -116,7 +173,11 @@ async fn leader_election_lets_only_the_leader_write_and_hands_over() {
     a.kill();
     let deadline = Instant::now() + Duration::from_secs(30);
     while holder().await.as_deref() == Some(first.as_str()) {
-        assert!(Instant::now() < deadline, "the lease was not handed over: {}", b.log_text());
+        assert!(
+            Instant::now() < deadline,
+            "the lease was not handed over: {}",
+            b.log_text()
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -125,7 +186,13 @@ async fn leader_election_lets_only_the_leader_write_and_hands_over() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     s.patch_topic("one", json!({"state": "Paused"})).await;
-    s.wait_topic("one", "PAUSED by the new leader", Duration::from_secs(60), |t| all_partitions(t, PartitionState::Paused, 1)).await;
+    s.wait_topic(
+        "one",
+        "PAUSED by the new leader",
+        Duration::from_secs(60),
+        |t| all_partitions(t, PartitionState::Paused, 1),
+    )
+    .await;
     assert!(reconciles(&b) > 0.0);
     assert!(b.alive());
     s.cleanup().await;

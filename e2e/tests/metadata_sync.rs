@@ -1,0 +1,424 @@
+//! Metadata sync against the real clusters: topic configs, partitions, consumer-group offsets,
+//! ACLs, and source topic deletion.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use kmirror_crds::v1alpha1::PartitionState;
+use kmirror_e2e::Testbed;
+use kmirror_e2e::fetcher::{ensure_state_topic, verify};
+use kmirror_e2e::kafka::{
+    DestUser, create_topic, delete_topic, mixed_records, produce_all, topic_configs, unique_name,
+    watermarks,
+};
+use kmirror_e2e::operator::{OperatorProcess, Scenario, all_partitions, condition};
+use kmirror_fetcher::Isolation;
+use kmirror_fetcher::kafka_admin::{
+    AclBinding, ConfigOp, Operation, PatternType, Permission, ResourceType, alter_topic_configs,
+    create_acls, delete_acls,
+};
+use rdkafka::ClientConfig;
+use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::error::RDKafkaErrorCode;
+use rdkafka::{Offset, TopicPartitionList};
+use serde_json::json;
+
+const TIMEOUT: Duration = Duration::from_secs(15);
+
+async fn mirrored(
+    bed: &Testbed,
+    prefix: &str,
+    partitions: i32,
+    configs: &[(&str, &str)],
+) -> (Scenario, OperatorProcess, String) {
+    ensure_state_topic(bed);
+    let s = Scenario::new(bed, prefix).await;
+    let topic = unique_name(prefix);
+    create_topic(&bed.source_config(), &topic, partitions, configs)
+        .await
+        .unwrap();
+    let op = OperatorProcess::spawn(bed, &s.ns, &[]);
+    s.apply_mirror("dr", Scenario::mirror_spec(bed)).await;
+    s.apply_topic("t", json!({"mirror": "dr", "sourceTopic": topic}))
+        .await;
+    s.wait_topic("t", "MIRRORING", Duration::from_secs(60), |t| {
+        all_partitions(t, PartitionState::Mirroring, partitions as usize)
+    })
+    .await;
+    (s, op, topic)
+}
+
+async fn eventually<F: AsyncFnMut() -> bool>(what: &str, timeout: Duration, mut check: F) {
+    let deadline = Instant::now() + timeout;
+    while !check().await {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?}: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+fn alter(config: &ClientConfig, topic: &str, ops: &[ConfigOp]) {
+    let admin: AdminClient<DefaultClientContext> = config.create().unwrap();
+    alter_topic_configs(admin.inner(), topic, ops, TIMEOUT).unwrap();
+}
+
+#[tokio::test]
+async fn topic_config_changes_follow_the_source_except_excluded_ones() {
+    let bed = Testbed::get();
+    let (s, _op, topic) = mirrored(bed, "sync-cfg", 1, &[("retention.ms", "3600000")]).await;
+    let dest = bed.dest_config(DestUser::Admin);
+    assert_eq!(
+        topic_configs(&dest, &topic)
+            .await
+            .unwrap()
+            .get("retention.ms")
+            .map(String::as_str),
+        Some("3600000")
+    );
+    alter(
+        &bed.source_config(),
+        &topic,
+        &[
+            ConfigOp::Set("retention.ms".into(), "7200000".into()),
+            ConfigOp::Set("min.insync.replicas".into(), "1".into()),
+            ConfigOp::Set("max.message.bytes".into(), "2000000".into()),
+        ],
+    );
+    let changed = Instant::now();
+    eventually(
+        "retention.ms on the destination",
+        Duration::from_secs(10),
+        async || {
+            topic_configs(&dest, &topic)
+                .await
+                .unwrap()
+                .get("retention.ms")
+                .map(String::as_str)
+                == Some("7200000")
+        },
+    )
+    .await;
+    eprintln!(
+        "config change reached the destination after {:?} (interval 3s)",
+        changed.elapsed()
+    );
+    let configs = topic_configs(&dest, &topic).await.unwrap();
+    assert_eq!(
+        configs.get("max.message.bytes").map(String::as_str),
+        Some("2000000")
+    );
+    assert!(
+        !configs.contains_key("min.insync.replicas"),
+        "excluded by default: {configs:?}"
+    );
+    let m = s.mirror("dr").await;
+    let part = m.status.unwrap().sync.topic_configs.unwrap();
+    assert!(
+        part.last_success_time.is_some() && part.last_error.is_none(),
+        "{part:?}"
+    );
+    s.cleanup().await;
+}
+
+#[tokio::test]
+async fn partitions_added_on_the_source_are_mirrored_at_identical_offsets() {
+    let bed = Testbed::get();
+    let (s, _op, topic) = mirrored(bed, "sync-parts", 2, &[]).await;
+    let admin: AdminClient<DefaultClientContext> = bed.source_config().create().unwrap();
+    admin
+        .create_partitions([&NewPartitions::new(&topic, 4)], &AdminOptions::new())
+        .await
+        .unwrap();
+    produce_all(
+        &bed.source_config(),
+        &topic,
+        &mixed_records(4000, 4, 0, 41),
+        &[],
+    )
+    .unwrap();
+    s.wait_topic(
+        "t",
+        "4 partitions MIRRORING",
+        Duration::from_secs(60),
+        |t| all_partitions(t, PartitionState::Mirroring, 4),
+    )
+    .await;
+    let dest = bed.dest_config(DestUser::Admin);
+    eventually(
+        "catch-up of the new partitions",
+        Duration::from_secs(60),
+        async || (0..4).all(|p| watermarks(&dest, &topic, p).map(|w| w.1).unwrap_or(-1) == 1000),
+    )
+    .await;
+    for p in 0..4 {
+        let report = verify(
+            bed,
+            &bed.source_config(),
+            &format!("{}/dr", s.ns),
+            &topic,
+            &topic,
+            p,
+            Isolation::ReadCommitted,
+        );
+        assert!(
+            report.is_clean() && report.offsets_identical && report.matched == 1000,
+            "partition {p}: {report:?}"
+        );
+    }
+    s.cleanup().await;
+}
+
+fn commit(config: &ClientConfig, group: &str, topic: &str, offsets: &[(i32, i64)]) {
+    let consumer: BaseConsumer = config
+        .clone()
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    for (p, o) in offsets {
+        tpl.add_partition_offset(topic, *p, Offset::Offset(*o))
+            .unwrap();
+    }
+    consumer.commit(&tpl, CommitMode::Sync).unwrap();
+}
+
+fn committed(config: &ClientConfig, group: &str, topic: &str, partitions: i32) -> Vec<Option<i64>> {
+    let consumer: BaseConsumer = config.clone().set("group.id", group).create().unwrap();
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition(topic, p);
+    }
+    let c = consumer.committed_offsets(tpl, TIMEOUT).unwrap();
+    (0..partitions)
+        .map(|p| match c.find_partition(topic, p).map(|e| e.offset()) {
+            Some(Offset::Offset(o)) => Some(o),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn group_offsets_are_copied_exactly_and_active_groups_are_skipped() {
+    let bed = Testbed::get();
+    let (s, _op, topic) = mirrored(bed, "sync-groups", 2, &[]).await;
+    produce_all(
+        &bed.source_config(),
+        &topic,
+        &mixed_records(2000, 2, 0, 51),
+        &[],
+    )
+    .unwrap();
+    let dest = bed.dest_config(DestUser::Admin);
+    eventually("catch-up", Duration::from_secs(60), async || {
+        (0..2).all(|p| watermarks(&dest, &topic, p).unwrap().1 == 1000)
+    })
+    .await;
+    let group = unique_name("billing");
+    let busy = unique_name("busy");
+    commit(&bed.source_config(), &group, &topic, &[(0, 321), (1, 777)]);
+    // A group that is active on the destination must not be touched.
+    let stop = Arc::new(AtomicBool::new(false));
+    let member = {
+        let (config, busy, topic, stop) = (dest.clone(), busy.clone(), topic.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let consumer: BaseConsumer = config
+                .clone()
+                .set("group.id", &busy)
+                .set("enable.auto.commit", "false")
+                .create()
+                .unwrap();
+            consumer.subscribe(&[&topic]).unwrap();
+            while !stop.load(Ordering::Relaxed) {
+                let _ = consumer.poll(Duration::from_millis(100));
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    commit(&bed.source_config(), &busy, &topic, &[(0, 5)]);
+    let t0 = Instant::now();
+    eventually(
+        "group offsets on the destination",
+        Duration::from_secs(10),
+        async || committed(&dest, &group, &topic, 2) == vec![Some(321), Some(777)],
+    )
+    .await;
+    eprintln!(
+        "group offsets synced after {:?} (interval 3s)",
+        t0.elapsed()
+    );
+    eventually(
+        "the active group reported",
+        Duration::from_secs(15),
+        async || {
+            s.mirror("dr")
+                .await
+                .status
+                .and_then(|st| st.sync.consumer_groups)
+                .and_then(|g| g.summary)
+                .is_some_and(|summary| summary.contains(&busy))
+        },
+    )
+    .await;
+    assert_ne!(
+        committed(&dest, &busy, &topic, 1),
+        vec![Some(5)],
+        "an active group is not overwritten"
+    );
+    stop.store(true, Ordering::Relaxed);
+    member.join().unwrap();
+    s.cleanup().await;
+}
+
+fn acl(topic_or_group: ResourceType, name: &str, op: Operation) -> AclBinding {
+    AclBinding {
+        resource_type: topic_or_group,
+        name: name.into(),
+        pattern: PatternType::Literal,
+        principal: "User:app".into(),
+        host: "*".into(),
+        operation: op,
+        permission: Permission::Allow,
+    }
+}
+
+#[tokio::test]
+async fn source_acls_become_read_only_destination_acls_and_deletions_follow() {
+    let bed = Testbed::get();
+    let (s, _op, topic) = mirrored(bed, "sync-acls", 1, &[]).await;
+    produce_all(
+        &bed.source_config(),
+        &topic,
+        &mixed_records(100, 1, 0, 61),
+        &[],
+    )
+    .unwrap();
+    let group = unique_name("app-group");
+    let source_acls = vec![
+        acl(ResourceType::Topic, &topic, Operation::Read),
+        acl(ResourceType::Topic, &topic, Operation::Write),
+        acl(ResourceType::Topic, &topic, Operation::Describe),
+        acl(ResourceType::Group, &group, Operation::Read),
+    ];
+    let source_admin: AdminClient<DefaultClientContext> = bed.source_config().create().unwrap();
+    create_acls(source_admin.inner(), &source_acls, TIMEOUT).unwrap();
+    let app = bed.dest_config(DestUser::App);
+    let consume = |group: &str| -> Result<usize, String> {
+        let consumer: BaseConsumer = app
+            .clone()
+            .set("group.id", group)
+            .set("auto.offset.reset", "earliest")
+            .set("enable.auto.commit", "false")
+            .create()
+            .unwrap();
+        consumer.subscribe(&[&topic]).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(8);
+        let mut n = 0;
+        while Instant::now() < deadline && n < 100 {
+            match consumer.poll(Duration::from_millis(200)) {
+                Some(Ok(_)) => n += 1,
+                Some(Err(e)) => return Err(e.to_string()),
+                None => {}
+            }
+        }
+        Ok(n)
+    };
+    let g = group.clone();
+    eventually(
+        "app can consume on the destination",
+        Duration::from_secs(40),
+        async || consume(&g) == Ok(100),
+    )
+    .await;
+    let produced = kmirror_e2e::kafka::produce_all(
+        &app,
+        &topic,
+        &mixed_records(1, 1, 0, 62),
+        &[("message.timeout.ms", "5000")],
+    );
+    let err = produced.expect_err("app must not write to a mirrored topic");
+    assert!(
+        err.to_string().contains("TopicAuthorizationFailed")
+            || err.to_string().contains("authoriz"),
+        "{err}"
+    );
+    // The fetcher principal keeps writing: mirroring goes on.
+    produce_all(
+        &bed.source_config(),
+        &topic,
+        &mixed_records(10, 1, 0, 63),
+        &[],
+    )
+    .unwrap();
+    let dest = bed.dest_config(DestUser::Admin);
+    eventually("mirroring continues", Duration::from_secs(30), async || {
+        watermarks(&dest, &topic, 0).unwrap().1 == 110
+    })
+    .await;
+
+    // ACLs removed on the source disappear from the destination.
+    delete_acls(source_admin.inner(), &source_acls, TIMEOUT).unwrap();
+    let g = group.clone();
+    eventually(
+        "app loses access on the destination",
+        Duration::from_secs(40),
+        async || matches!(consume(&format!("{g}-2")), Err(e) if e.contains("uthoriz")),
+    )
+    .await;
+    let summary = s.mirror("dr").await.status.unwrap().sync.acls.unwrap();
+    assert!(summary.last_error.is_none(), "{summary:?}");
+    let _ = RDKafkaErrorCode::TopicAuthorizationFailed;
+    s.cleanup().await;
+}
+
+#[tokio::test]
+async fn deleting_the_source_topic_stops_the_mirror_topic_with_a_reason() {
+    let bed = Testbed::get();
+    let (s, _op, topic) = mirrored(bed, "sync-delete", 1, &[]).await;
+    produce_all(
+        &bed.source_config(),
+        &topic,
+        &mixed_records(100, 1, 0, 71),
+        &[],
+    )
+    .unwrap();
+    let dest = bed.dest_config(DestUser::Admin);
+    eventually("catch-up", Duration::from_secs(60), async || {
+        watermarks(&dest, &topic, 0).unwrap().1 == 100
+    })
+    .await;
+    delete_topic(&bed.source_config(), &topic).await.unwrap();
+    let t = s
+        .wait_topic("t", "STOPPED", Duration::from_secs(90), |t| {
+            all_partitions(t, PartitionState::Stopped, 1)
+        })
+        .await;
+    let status = t.status.unwrap();
+    let p = &status.partitions[0];
+    let reason = p.last_error.clone().unwrap_or_default();
+    assert!(
+        reason.contains("deleted") || reason.contains("does not exist"),
+        "{p:?}"
+    );
+    assert_eq!(
+        p.last_mirrored_offset,
+        Some(99),
+        "the last mirrored offset is kept"
+    );
+    assert_eq!(
+        condition(&status.conditions, "Ready").map(|c| c.0),
+        Some("False".to_string()),
+        "desired Mirroring, got STOPPED"
+    );
+    assert_eq!(
+        watermarks(&dest, &topic, 0).unwrap().1,
+        100,
+        "destination data kept"
+    );
+    s.cleanup().await;
+}
