@@ -239,6 +239,27 @@ pub struct MapChunk {
     pub segments: Vec<Segment>,
 }
 
+/// Divergent records found when failing back, and what became of them.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Divergence {
+    /// First divergent offset on the destination-to-be.
+    pub from_offset: i64,
+    /// One past the last divergent offset.
+    pub to_offset: i64,
+    /// Topic (on the destination-to-be) holding copies of the divergent records.
+    pub quarantine_topic: String,
+    /// Log end of the quarantine partition before copying began (copies resume after a crash).
+    pub quarantine_base: i64,
+    /// Divergent records (visible to read_committed consumers) in the range.
+    pub records: i64,
+    /// Records copied to the quarantine topic so far.
+    pub quarantined: i64,
+    /// `kept` or `recreated` once a policy has been applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolution: Option<String>,
+}
+
 /// Lifecycle state of a partition, written by the operator on every transition.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
@@ -259,6 +280,12 @@ pub struct PartitionStateRecord {
     /// Destination offset of the record at the LMO (equal to it when offsets are identical).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_mirrored_destination_offset: Option<i64>,
+    /// Graceful failover: the source log end when STOPPING began; drained once mirrored up to it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain_target: Option<i64>,
+    /// Failback: records on the destination-to-be after the last mirrored offset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub divergence: Option<Divergence>,
     /// The retry request (annotation value) this record already acted on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_token: Option<String>,

@@ -108,6 +108,8 @@ pub async fn finish(
                     .and_then(|r| r.position.as_ref())
                     .map(|pos| pos.source_cluster_id.clone()),
                 retry_token: previous.retry_token.clone(),
+                drain_target: None,
+                divergence: previous.divergence.clone(),
                 updated_at_ms: now,
             };
             (*p, record)

@@ -121,3 +121,21 @@ pub async fn add_partitions(cluster: &Arc<Cluster>, topic: &str, partitions: usi
     }
     Ok(())
 }
+
+/// Deletes a topic (absent is fine).
+pub async fn delete_topic(cluster: &Arc<Cluster>, topic: &str) -> Result<()> {
+    let results = cluster
+        .admin
+        .delete_topics(&[topic], &options())
+        .await
+        .map_err(|e| cluster.error(format!("deleting topic {topic}: {e}")))?;
+    for r in results {
+        match r {
+            Ok(_) | Err((_, RDKafkaErrorCode::UnknownTopicOrPartition)) => {}
+            Err((_, code)) => {
+                return Err(cluster.error(format!("deleting topic {topic}: {code:?}")));
+            }
+        }
+    }
+    Ok(())
+}

@@ -10,6 +10,7 @@ pub mod clusters;
 pub mod connection;
 pub mod context;
 pub mod error;
+pub mod failback;
 pub mod failover;
 pub mod http;
 pub mod kafka;

@@ -366,20 +366,35 @@ async fn run_lifecycle(
     let drain_timeout =
         parse_duration(&mt.spec.failover.drain_timeout).unwrap_or(Duration::from_secs(300));
     let now = now_ms();
-    let stopping = records.values().any(|r| {
-        r.state
-            .as_ref()
-            .is_some_and(|s| s.state == PartitionState::Stopping)
-    });
+    // Failback: PREPARING partitions of a reverse mirror check the forward mirror's last
+    // mirrored offsets and the destination for divergence first (a whole topic waits together).
+    let (blocked, refused) = prepare_failback(
+        ctx,
+        mt,
+        cm,
+        source,
+        destination,
+        cache,
+        &records,
+        &partitions,
+    )
+    .await?;
+    let records = cache.topic(&mirror, &topic);
+
     let mut decisions: BTreeMap<i32, Decision> = BTreeMap::new();
     for &p in &partitions {
         let r = records.get(&p).cloned().unwrap_or_default();
         let mut source_obs = source_state;
-        if stopping && let SourceObservation::Present { .. } = source_state {
-            // A graceful failover compares with the source's current end.
-            source_obs = match kafka::watermarks(source, &topic, p).await {
-                Ok((_, end)) => SourceObservation::Present { end: Some(end) },
-                Err(_) => SourceObservation::Unreachable,
+        if let (Some(s), SourceObservation::Present { .. }) = (r.state.as_ref(), source_state)
+            && s.state == PartitionState::Stopping
+        {
+            // A graceful failover drains up to the source end seen when STOPPING began.
+            source_obs = match s.drain_target {
+                Some(end) => SourceObservation::Present { end: Some(end) },
+                None => match kafka::watermarks(source, &topic, p).await {
+                    Ok((_, end)) => SourceObservation::Present { end: Some(end) },
+                    Err(_) => SourceObservation::Unreachable,
+                },
             };
         }
         let observed = Observed {
@@ -397,7 +412,25 @@ async fn run_lifecycle(
                     .is_some_and(|s| s.retry_attempt < 0 && s.retry_token != retry_token),
             jitter: jitter(p, r.state.as_ref().map_or(0, |s| s.retry_attempt)),
         };
-        decisions.insert(p, decide(&observed));
+        let mut decision = decide(&observed);
+        let preparing = r
+            .state
+            .as_ref()
+            .is_some_and(|s| s.state == PartitionState::Preparing);
+        if preparing && mt.spec.state != kmirror_crds::v1alpha1::DesiredState::Stopped {
+            if let Some(reason) = refused.get(&p) {
+                decision.transition = Some(crate::lifecycle::Transition {
+                    to: PartitionState::Failed,
+                    error: Some(reason.clone()),
+                    retry_attempt: -1,
+                });
+            } else if let Some(note) = blocked.get(&p) {
+                decision.transition = None;
+                decision.note = Some(note.clone());
+                decision.requeue_after = Some(Duration::from_secs(3));
+            }
+        }
+        decisions.insert(p, decision);
     }
 
     // Persist every transition before acting on it.
@@ -416,6 +449,19 @@ async fn run_lifecycle(
                     retry_attempt: t.retry_attempt,
                     error: t.error.clone(),
                     last_mirrored_offset: previous.last_mirrored_offset,
+                    drain_target: if t.to == PartitionState::Stopping
+                        && previous.state != PartitionState::Stopping
+                    {
+                        match kafka::watermarks(source, &topic, *p).await {
+                            Ok((_, end)) => Some(end),
+                            Err(_) => None,
+                        }
+                    } else if t.to == PartitionState::Stopping {
+                        previous.drain_target
+                    } else {
+                        None
+                    },
+                    divergence: previous.divergence.clone(),
                     last_mirrored_destination_offset: previous.last_mirrored_destination_offset,
                     destination_topic: Some(mt.destination_topic().to_string()),
                     source_cluster_id: previous.source_cluster_id.clone(),
@@ -567,6 +613,143 @@ async fn run_lifecycle(
     })
 }
 
+/// Runs failback preparation for the PREPARING partitions of a reverse mirror. Returns the
+/// partitions that must wait (with why) and those refused for good.
+#[allow(clippy::too_many_arguments)]
+async fn prepare_failback(
+    ctx: &Arc<Context>,
+    mt: &MirrorTopic,
+    cm: &ClusterMirror,
+    source: &Arc<Cluster>,
+    destination: &Arc<Cluster>,
+    cache: &Arc<StateCache>,
+    records: &BTreeMap<i32, PartitionRecords>,
+    partitions: &BTreeSet<i32>,
+) -> Result<(BTreeMap<i32, String>, BTreeMap<i32, String>)> {
+    let mut blocked = BTreeMap::new();
+    let mut refused = BTreeMap::new();
+    if cm.spec.reverse_of.is_none()
+        || mt.spec.state == kmirror_crds::v1alpha1::DesiredState::Stopped
+    {
+        return Ok((blocked, refused));
+    }
+    let mirror = mirror_key(mt);
+    let topic = mt.spec.source_topic.clone();
+    let mut updates = Vec::new();
+    let preparing: Vec<i32> = partitions
+        .iter()
+        .copied()
+        .filter(|p| {
+            records
+                .get(p)
+                .and_then(|r| r.state.as_ref())
+                .is_some_and(|s| s.state == PartitionState::Preparing)
+        })
+        .collect();
+    for &p in &preparing {
+        let r = records.get(&p).cloned().unwrap_or_default();
+        match crate::failback::prepare(ctx, cm, mt, source, destination, cache, p, &r).await? {
+            crate::failback::Prepared::Ready => {}
+            crate::failback::Prepared::Refused(reason) => {
+                refused.insert(p, reason);
+            }
+            crate::failback::Prepared::Blocked { note, divergence } => {
+                blocked.insert(p, note);
+                if let Some(d) = divergence
+                    && r.state.as_ref().and_then(|s| s.divergence.as_ref()) != Some(&d)
+                {
+                    let mut state = r.state.clone().unwrap_or_default();
+                    state.divergence = Some(d);
+                    updates.push((p, state));
+                }
+            }
+        }
+    }
+    if !updates.is_empty() {
+        cache.write_states(&mirror, &topic, updates).await?;
+    }
+    // Divergence is decided per topic: while any partition has unresolved divergent records, every
+    // preparing partition waits, so that a Recreate never deletes a topic under a running fetcher.
+    let records = cache.topic(&mirror, &topic);
+    let divergences: Vec<(i32, kmirror_fetcher::state::Divergence)> = records
+        .iter()
+        .filter_map(|(p, r)| {
+            r.state
+                .as_ref()
+                .and_then(|s| s.divergence.clone())
+                .map(|d| (*p, d))
+        })
+        .collect();
+    let unresolved: Vec<&(i32, kmirror_fetcher::state::Divergence)> = divergences
+        .iter()
+        .filter(|(_, d)| d.resolution.is_none())
+        .collect();
+    if unresolved.is_empty() {
+        return Ok((blocked, refused));
+    }
+    let summary = unresolved
+        .iter()
+        .map(|(p, d)| {
+            format!(
+                "partition {p}: offsets {}..{} ({} records) in {}",
+                d.from_offset, d.to_offset, d.records, d.quarantine_topic
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    let all_quarantined = unresolved.iter().all(|(_, d)| d.quarantined >= d.records);
+    if all_quarantined
+        && mt.spec.divergence_policy == Some(kmirror_crds::v1alpha1::DivergencePolicy::Recreate)
+    {
+        let count = kafka::describe_topic(source, &topic)
+            .await?
+            .map_or(partitions.len(), |d| d.partitions);
+        crate::failback::recreate_destination(cm, mt, source, destination, count).await?;
+        let mut tombstones = Vec::new();
+        let mut resolved = Vec::new();
+        for (p, r) in &records {
+            if r.position.is_some() {
+                tombstones.push(StateKey::new(RecordKind::Position, &mirror, &topic, *p));
+            }
+            tombstones.extend(
+                r.chunks
+                    .keys()
+                    .map(|c| StateKey::map_chunk(&mirror, &topic, *p, *c)),
+            );
+            let mut state = r.state.clone().unwrap_or_default();
+            let mut d = state.divergence.clone().unwrap_or_default();
+            d.resolution = Some("recreated".into());
+            state.divergence = Some(d);
+            resolved.push((*p, state));
+        }
+        cache.delete(tombstones).await?;
+        cache.write_states(&mirror, &topic, resolved).await?;
+        ctx.event(
+            mt,
+            false,
+            "DivergenceResolved",
+            "Failback",
+            format!(
+                "destination topic recreated; divergent records stay in quarantine ({summary})"
+            ),
+        )
+        .await;
+        return Ok((blocked, refused));
+    }
+    let note = format!(
+        "waiting for spec.divergencePolicy: divergent records on the destination: {summary}"
+    );
+    let first_report = unresolved.iter().any(|(p, _)| blocked.contains_key(p));
+    if first_report {
+        ctx.event(mt, true, "Divergence", "Failback", note.clone())
+            .await;
+    }
+    for &p in &preparing {
+        blocked.insert(p, note.clone());
+    }
+    Ok((blocked, refused))
+}
+
 /// Projects one partition's status from its records.
 fn partition_status(p: i32, r: &PartitionRecords, fetcher_pod: Option<String>) -> PartitionStatus {
     let state = r.state.as_ref();
@@ -605,7 +788,16 @@ fn partition_status(p: i32, r: &PartitionRecords, fetcher_pod: Option<String>) -
         retry_attempt: state.map(|s| s.retry_attempt).filter(|a| *a != 0),
         last_error: error,
         last_transition_time: state.and_then(|s| rfc3339(s.updated_at_ms)),
-        divergence: None,
+        divergence: state
+            .and_then(|s| s.divergence.as_ref())
+            .filter(|d| d.records > 0)
+            .map(|d| kmirror_crds::v1alpha1::DivergenceStatus {
+                from_offset: d.from_offset,
+                to_offset: d.to_offset,
+                quarantine_topic: d.quarantine_topic.clone(),
+                quarantined_records: d.quarantined,
+                resolution: d.resolution.clone(),
+            }),
     }
 }
 

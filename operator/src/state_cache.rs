@@ -163,6 +163,14 @@ impl StateCache {
             .await
     }
 
+    /// Writes raw records (key, serialized value or tombstone), durable before they apply locally.
+    pub async fn write_records(
+        self: &Arc<Self>,
+        batch: Vec<(StateKey, Option<Vec<u8>>)>,
+    ) -> Result<()> {
+        self.write(batch).await
+    }
+
     async fn write(self: &Arc<Self>, batch: Vec<(StateKey, Option<Vec<u8>>)>) -> Result<()> {
         if batch.is_empty() {
             return Ok(());
