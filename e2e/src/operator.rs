@@ -297,8 +297,23 @@ impl Scenario {
         }
     }
 
-    /// Deletes the namespace.
+    /// Deletes the mirrors (their finalizers stop fetchers while the operator still runs), then
+    /// the namespace. Call it before the operator process is dropped.
     pub async fn cleanup(&self) {
+        let mirrors = Api::<ClusterMirror>::namespaced(self.client.clone(), &self.ns);
+        let topics = Api::<MirrorTopic>::namespaced(self.client.clone(), &self.ns);
+        let _ = mirrors.delete_collection(&Default::default(), &ListParams::default()).await;
+        let _ = topics.delete_collection(&Default::default(), &ListParams::default()).await;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            let left = topics.list(&ListParams::default()).await.map(|l| l.items.len()).unwrap_or(0)
+                + mirrors.list(&ListParams::default()).await.map(|l| l.items.len()).unwrap_or(0);
+            if left == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        remove_finalizers(&self.client, &self.ns).await;
         crate::namespace::delete(&self.client, &self.ns).await;
     }
 
@@ -317,6 +332,38 @@ impl Scenario {
             .create(&PostParams::default(), &object)
             .await
             .expect("create")
+    }
+}
+
+/// Strips kmirror finalizers in a namespace (when no operator is left to honour them).
+pub async fn remove_finalizers(client: &kube::Client, ns: &str) {
+    let strip = serde_json::json!({"metadata": {"finalizers": null}});
+    let topics = Api::<MirrorTopic>::namespaced(client.clone(), ns);
+    for t in topics.list(&ListParams::default()).await.map(|l| l.items).unwrap_or_default() {
+        let _ = topics.patch(&t.metadata.name.unwrap_or_default(), &PatchParams::default(), &Patch::Merge(&strip)).await;
+    }
+    let mirrors = Api::<ClusterMirror>::namespaced(client.clone(), ns);
+    for m in mirrors.list(&ListParams::default()).await.map(|l| l.items).unwrap_or_default() {
+        let _ = mirrors.patch(&m.metadata.name.unwrap_or_default(), &PatchParams::default(), &Patch::Merge(&strip)).await;
+    }
+}
+
+impl Drop for Scenario {
+    /// A test that panicked never reached `cleanup`: remove what it left (on a separate thread,
+    /// since drop is not async), so that its namespace does not hang in Terminating.
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        let (client, ns) = (self.client.clone(), self.ns.clone());
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+            rt.block_on(async {
+                remove_finalizers(&client, &ns).await;
+                crate::namespace::delete(&client, &ns).await;
+            });
+        })
+        .join();
     }
 }
 
