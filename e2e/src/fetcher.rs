@@ -35,13 +35,15 @@ pub fn binary(name: &str) -> PathBuf {
                 "kmirror-fetcher",
                 "-p",
                 "kmirror-operator",
+                "-p",
+                "kubectl-mirror",
             ])
             .current_dir(repo_root())
             .status()
             .expect("run cargo build");
         assert!(
             status.success(),
-            "cargo build of the fetcher and operator failed"
+            "cargo build of the fetcher, operator and kubectl plugin failed"
         );
     });
     target_dir().join("debug").join(name)
@@ -83,9 +85,13 @@ impl FetcherProcess {
     pub fn spawn(args: &[String]) -> FetcherProcess {
         let log = std::env::temp_dir().join(format!("{}.log", unique_name("fetcher")));
         let file = std::fs::File::create(&log).expect("fetcher log file");
+        let mut defaults = vec!["--position-interval-seconds", "0.5"];
+        if !args.iter().any(|a| a == "--http-addr") {
+            defaults.extend(["--http-addr", "none"]);
+        }
         let child = Command::new(binary("kmirror-fetcher"))
             .args(args)
-            .args(["--http-addr", "none", "--position-interval-seconds", "0.5"])
+            .args(defaults)
             .env("RUST_LOG", "info,librdkafka=warn")
             .stdout(Stdio::from(file.try_clone().expect("log handle")))
             .stderr(Stdio::from(file))

@@ -302,12 +302,24 @@ impl Scenario {
     pub async fn cleanup(&self) {
         let mirrors = Api::<ClusterMirror>::namespaced(self.client.clone(), &self.ns);
         let topics = Api::<MirrorTopic>::namespaced(self.client.clone(), &self.ns);
-        let _ = mirrors.delete_collection(&Default::default(), &ListParams::default()).await;
-        let _ = topics.delete_collection(&Default::default(), &ListParams::default()).await;
+        let _ = mirrors
+            .delete_collection(&Default::default(), &ListParams::default())
+            .await;
+        let _ = topics
+            .delete_collection(&Default::default(), &ListParams::default())
+            .await;
         let deadline = Instant::now() + Duration::from_secs(30);
         while Instant::now() < deadline {
-            let left = topics.list(&ListParams::default()).await.map(|l| l.items.len()).unwrap_or(0)
-                + mirrors.list(&ListParams::default()).await.map(|l| l.items.len()).unwrap_or(0);
+            let left = topics
+                .list(&ListParams::default())
+                .await
+                .map(|l| l.items.len())
+                .unwrap_or(0)
+                + mirrors
+                    .list(&ListParams::default())
+                    .await
+                    .map(|l| l.items.len())
+                    .unwrap_or(0);
             if left == 0 {
                 break;
             }
@@ -339,12 +351,34 @@ impl Scenario {
 pub async fn remove_finalizers(client: &kube::Client, ns: &str) {
     let strip = serde_json::json!({"metadata": {"finalizers": null}});
     let topics = Api::<MirrorTopic>::namespaced(client.clone(), ns);
-    for t in topics.list(&ListParams::default()).await.map(|l| l.items).unwrap_or_default() {
-        let _ = topics.patch(&t.metadata.name.unwrap_or_default(), &PatchParams::default(), &Patch::Merge(&strip)).await;
+    for t in topics
+        .list(&ListParams::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+    {
+        let _ = topics
+            .patch(
+                &t.metadata.name.unwrap_or_default(),
+                &PatchParams::default(),
+                &Patch::Merge(&strip),
+            )
+            .await;
     }
     let mirrors = Api::<ClusterMirror>::namespaced(client.clone(), ns);
-    for m in mirrors.list(&ListParams::default()).await.map(|l| l.items).unwrap_or_default() {
-        let _ = mirrors.patch(&m.metadata.name.unwrap_or_default(), &PatchParams::default(), &Patch::Merge(&strip)).await;
+    for m in mirrors
+        .list(&ListParams::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+    {
+        let _ = mirrors
+            .patch(
+                &m.metadata.name.unwrap_or_default(),
+                &PatchParams::default(),
+                &Patch::Merge(&strip),
+            )
+            .await;
     }
 }
 
@@ -357,7 +391,10 @@ impl Drop for Scenario {
         }
         let (client, ns) = (self.client.clone(), self.ns.clone());
         let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
             rt.block_on(async {
                 remove_finalizers(&client, &ns).await;
                 crate::namespace::delete(&client, &ns).await;

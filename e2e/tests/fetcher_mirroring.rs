@@ -604,3 +604,41 @@ async fn throttle_bounds_the_byte_rate() {
     fetcher.signal("TERM");
     assert_eq!(fetcher.wait(Duration::from_secs(30)), Some(0));
 }
+
+#[tokio::test]
+async fn http_endpoints_report_health_readiness_and_metrics() {
+    use kmirror_e2e::operator::{free_port, http_get};
+    let bed = Testbed::get();
+    ensure_state_topic(bed);
+    let source = bed.source_config();
+    let topic = unique_name("http");
+    topics(bed, &source, &topic, 1, &[]).await;
+    produce_all(&source, &topic, &mixed_records(500, 1, 0, 8), &[]).unwrap();
+    let addr = format!("127.0.0.1:{}", free_port());
+    let mut args = fetcher_args(bed, &format!("e2e/{topic}"), &topic, "0", source_args(bed));
+    args.extend(["--http-addr".to_string(), addr.clone()]);
+    let mut fetcher = FetcherProcess::spawn(&args);
+    wait_until("/readyz", Duration::from_secs(60), || {
+        http_get(&addr, "/readyz").is_some()
+    });
+    assert_eq!(http_get(&addr, "/healthz").as_deref(), Some("ok"));
+    wait_until("catch-up", Duration::from_secs(60), || {
+        caught_up(bed, &source, &topic, 1, false)
+    });
+    wait_until("metrics", Duration::from_secs(30), || {
+        http_get(&addr, "/metrics").is_some_and(|m| m.contains(&format!("kmirror_fetcher_records_total{{mirror=\"e2e/{topic}\",topic=\"{topic}\",partition=\"0\"}} 500")))
+    });
+    let metrics = http_get(&addr, "/metrics").unwrap();
+    for series in [
+        "kmirror_fetcher_bytes_total",
+        "kmirror_fetcher_lag_records",
+        "kmirror_fetcher_lag_seconds",
+        "kmirror_fetcher_offsets_identical",
+        "kmirror_fetcher_partition_state",
+    ] {
+        assert!(metrics.contains(series), "{series} missing from /metrics");
+    }
+    assert!(metrics.contains("state=\"MIRRORING\"} 1"), "state series");
+    fetcher.signal("TERM");
+    assert_eq!(fetcher.wait(Duration::from_secs(30)), Some(0));
+}

@@ -452,3 +452,131 @@ async fn two_hundred_partitions_reach_mirroring_with_bounded_status_writes() {
     );
     s.cleanup().await;
 }
+
+#[tokio::test]
+async fn secret_rotation_replaces_fetchers_and_deletion_cleans_up() {
+    use kmirror_e2e::fetcher::recorded;
+    let bed = Testbed::get();
+    ensure_state_topic(bed);
+    let s = Scenario::new(bed, "op-delete").await;
+    let topic = unique_name("del");
+    create_topic(&bed.source_config(), &topic, 2, &[])
+        .await
+        .unwrap();
+    produce_all(
+        &bed.source_config(),
+        &topic,
+        &mixed_records(1000, 2, 0, 91),
+        &[],
+    )
+    .unwrap();
+    let _op = OperatorProcess::spawn(bed, &s.ns, &[]);
+    s.apply_mirror("dr", Scenario::mirror_spec(bed)).await;
+    s.apply_topic("t", json!({"mirror": "dr", "sourceTopic": topic}))
+        .await;
+    s.wait_topic("t", "MIRRORING", Duration::from_secs(60), |t| {
+        all_partitions(t, PartitionState::Mirroring, 2)
+    })
+    .await;
+    wait_caught_up(bed, &topic, 2).await;
+    let uids = |pods: Vec<k8s_openapi::api::core::v1::Pod>| -> Vec<String> {
+        pods.into_iter().filter_map(|p| p.metadata.uid).collect()
+    };
+    let before = uids(s.pods().await);
+
+    // A wrong password: the destination becomes unreachable, with the reason in the condition.
+    s.secret("destination-credentials", "password", "wrong")
+        .await;
+    s.wait_mirror(
+        "dr",
+        "destination unreachable",
+        Duration::from_secs(60),
+        |m| {
+            m.status
+                .as_ref()
+                .and_then(|st| condition(&st.conditions, "DestinationReachable"))
+                .is_some_and(|c| c.0 == "False")
+        },
+    )
+    .await;
+    // The right password again: reachable, and the fetcher pods were replaced to pick it up.
+    s.secret(
+        "destination-credentials",
+        "password",
+        bed.var("KMIRROR_MIRROR_PASSWORD"),
+    )
+    .await;
+    s.wait_mirror(
+        "dr",
+        "destination reachable",
+        Duration::from_secs(60),
+        |m| {
+            m.status
+                .as_ref()
+                .and_then(|st| condition(&st.conditions, "DestinationReachable"))
+                .is_some_and(|c| c.0 == "True")
+        },
+    )
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let now = uids(s.pods().await);
+        if now.len() == 2 && now.iter().all(|u| !before.contains(u)) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "fetcher pods were not replaced after the Secret changed"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    s.wait_topic("t", "MIRRORING", Duration::from_secs(60), |t| {
+        all_partitions(t, PartitionState::Mirroring, 2)
+    })
+    .await;
+
+    // Deleting the MirrorTopic stops its fetchers, keeps the data, tombstones its state.
+    let api: kube::Api<kmirror_crds::v1alpha1::MirrorTopic> =
+        kube::Api::namespaced(s.client.clone(), &s.ns);
+    api.delete("t", &Default::default()).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while s.topic("t").await.is_some() || !s.pods().await.is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the MirrorTopic or its pods remain"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let dest = bed.dest_config(DestUser::Admin);
+    assert_eq!(
+        watermarks(&dest, &topic, 0).unwrap().1,
+        500,
+        "destination data kept"
+    );
+    let state = recorded(bed, &format!("{}/dr", s.ns), &topic, 0);
+    assert!(
+        state.state.is_none() && state.position.is_none(),
+        "state tombstoned: {state:?}"
+    );
+
+    // Deleting the ClusterMirror removes its MirrorTopics.
+    s.apply_topic("u", json!({"mirror": "dr", "sourceTopic": topic}))
+        .await;
+    s.wait_topic("u", "MIRRORING", Duration::from_secs(60), |t| {
+        all_partitions(t, PartitionState::Mirroring, 2)
+    })
+    .await;
+    let mirrors: kube::Api<kmirror_crds::v1alpha1::ClusterMirror> =
+        kube::Api::namespaced(s.client.clone(), &s.ns);
+    mirrors.delete("dr", &Default::default()).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !s.topics().await.is_empty() || mirrors.get_opt("dr").await.unwrap().is_some() {
+        assert!(
+            Instant::now() < deadline,
+            "the ClusterMirror or its MirrorTopics remain"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert!(s.pods().await.is_empty());
+    s.cleanup().await;
+}

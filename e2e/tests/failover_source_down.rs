@@ -1,0 +1,107 @@
+//! Immediate failover while the source broker is down. (Its own test binary: it stops the
+//! source broker, which must not disturb other tests; the broker is restarted afterwards.)
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use kmirror_crds::v1alpha1::PartitionState;
+use kmirror_e2e::Testbed;
+use kmirror_e2e::fetcher::{ensure_state_topic, target_dir};
+use kmirror_e2e::kafka::{
+    DestUser, create_topic, mixed_records, produce_all, unique_name, watermarks,
+};
+use kmirror_e2e::operator::{OperatorProcess, Scenario, all_partitions};
+use kmirror_e2e::testbed::repo_root;
+use serde_json::json;
+
+struct SourceDown;
+
+impl SourceDown {
+    fn stop() -> SourceDown {
+        let ok = Command::new(repo_root().join("e2e/testbed.sh"))
+            .args(["stop", "kafka-source"])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "stopping the source broker failed");
+        SourceDown
+    }
+}
+
+impl Drop for SourceDown {
+    fn drop(&mut self) {
+        let _ = Command::new(repo_root().join("e2e/testbed.sh"))
+            .args(["start", "kafka-source"])
+            .status();
+    }
+}
+
+#[tokio::test]
+async fn immediate_failover_with_the_source_down_completes_and_reports_the_lmo() {
+    let bed = Testbed::get();
+    ensure_state_topic(bed);
+    let s = Scenario::new(bed, "fo-down").await;
+    let topic = unique_name("fo-down");
+    let source = bed.source_config();
+    let dest = bed.dest_config(DestUser::Admin);
+    create_topic(&source, &topic, 3, &[]).await.unwrap();
+    produce_all(&source, &topic, &mixed_records(3000, 3, 0, 3), &[]).unwrap();
+    let _op = OperatorProcess::spawn(bed, &s.ns, &[]);
+    s.apply_mirror("dr", Scenario::mirror_spec(bed)).await;
+    s.apply_topic("t", json!({"mirror": "dr", "sourceTopic": topic}))
+        .await;
+    s.wait_topic("t", "MIRRORING", Duration::from_secs(60), |t| {
+        all_partitions(t, PartitionState::Mirroring, 3)
+    })
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while (0..3).any(|p| watermarks(&dest, &topic, p).unwrap().1 != 1000) {
+        assert!(Instant::now() < deadline, "no catch-up");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let down = SourceDown::stop();
+    let started = Instant::now();
+    let out = Command::new(target_dir().join("debug/kubectl-mirror"))
+        .args([
+            "failover",
+            "dr",
+            "--all",
+            "--immediate",
+            "--wait",
+            "--timeout",
+            "2m",
+            "-n",
+            &s.ns,
+        ])
+        .env("KUBECONFIG", bed.var("KUBECONFIG"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "failover failed: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!(
+        "immediate failover with the source down took {:?}:\n{stdout}",
+        started.elapsed()
+    );
+    let t = s.topic("t").await.unwrap();
+    assert!(all_partitions(&t, PartitionState::Stopped, 3));
+    for p in t.status.unwrap().partitions {
+        assert_eq!(
+            p.last_mirrored_offset,
+            Some(999),
+            "partition {}: LMO reported",
+            p.partition
+        );
+    }
+    assert!(
+        stdout.contains("999"),
+        "the plugin reports the LMO per partition: {stdout}"
+    );
+    // The destination is writable at once.
+    produce_all(&dest, &topic, &mixed_records(3, 3, 0, 4), &[]).unwrap();
+    drop(down);
+    s.cleanup().await;
+}
