@@ -15,7 +15,6 @@ use kmirror_crds::v1alpha1::{
 };
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams};
 use kube::runtime::controller::Action;
-use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::{Resource, ResourceExt};
 
 use crate::clusters::Cluster;
@@ -78,30 +77,15 @@ pub fn topic_object_name(mirror: &str, topic: &str) -> String {
 
 /// Reconciles one `ClusterMirror`.
 pub async fn reconcile(cm: Arc<ClusterMirror>, ctx: Arc<Context>) -> Result<Action> {
-    let started = Instant::now();
-    let labels = crate::metrics::ControllerLabels {
-        controller: "clustermirror".into(),
-    };
-    ctx.metrics.reconciles.get_or_create(&labels).inc();
-    let api: Api<ClusterMirror> =
-        Api::namespaced(ctx.client.clone(), &cm.namespace().unwrap_or_default());
-    let result = finalizer(&api, FINALIZER, cm, |event| async {
-        match event {
-            Finalizer::Apply(cm) => apply(cm, ctx.clone()).await,
-            Finalizer::Cleanup(cm) => cleanup(cm, ctx.clone()).await,
-        }
-    })
+    crate::reconcile::with_finalizer(
+        &ctx,
+        "clustermirror",
+        FINALIZER,
+        cm,
+        |o| apply(o, ctx.clone()),
+        |o| cleanup(o, ctx.clone()),
+    )
     .await
-    .map_err(|e| match e {
-        kube::runtime::finalizer::Error::ApplyFailed(e)
-        | kube::runtime::finalizer::Error::CleanupFailed(e) => e,
-        other => Error::Finalizer(other.to_string()),
-    });
-    ctx.metrics
-        .duration
-        .get_or_create(&labels)
-        .observe(started.elapsed().as_secs_f64());
-    result
 }
 
 struct Side {

@@ -19,6 +19,7 @@ pub mod lifecycle;
 pub mod metrics;
 pub mod mirror_topic;
 pub mod pods;
+pub mod reconcile;
 pub mod state_cache;
 pub mod status;
 pub mod sync;

@@ -17,7 +17,6 @@ use kmirror_fetcher::state::{
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
-use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 
 use crate::clusters::Cluster;
 use crate::context::{Context, FIELD_MANAGER};
@@ -45,30 +44,15 @@ pub fn mirror_key(mt: &MirrorTopic) -> String {
 
 /// Reconciles one `MirrorTopic` (entry point for the controller).
 pub async fn reconcile(mt: Arc<MirrorTopic>, ctx: Arc<Context>) -> Result<Action> {
-    let started = std::time::Instant::now();
-    let labels = crate::metrics::ControllerLabels {
-        controller: "mirrortopic".into(),
-    };
-    ctx.metrics.reconciles.get_or_create(&labels).inc();
-    let api: Api<MirrorTopic> =
-        Api::namespaced(ctx.client.clone(), &mt.namespace().unwrap_or_default());
-    let result = finalizer(&api, FINALIZER, mt, |event| async {
-        match event {
-            Finalizer::Apply(mt) => apply(mt, ctx.clone()).await,
-            Finalizer::Cleanup(mt) => cleanup(mt, ctx.clone()).await,
-        }
-    })
+    crate::reconcile::with_finalizer(
+        &ctx,
+        "mirrortopic",
+        FINALIZER,
+        mt,
+        |o| apply(o, ctx.clone()),
+        |o| cleanup(o, ctx.clone()),
+    )
     .await
-    .map_err(|e| match e {
-        kube::runtime::finalizer::Error::ApplyFailed(e)
-        | kube::runtime::finalizer::Error::CleanupFailed(e) => e,
-        other => Error::Finalizer(other.to_string()),
-    });
-    ctx.metrics
-        .duration
-        .get_or_create(&labels)
-        .observe(started.elapsed().as_secs_f64());
-    result
 }
 
 /// What a reconcile knows about one fetcher pod.
