@@ -969,6 +969,18 @@ async fn pause_resume_retry_and_resolve_patch_their_fields() {
                 && refused.stderr.contains("a Stopped topic cannot be Paused"),
             "{refused:#?}"
         );
+        let resumed = mirror_cmd(ns, &["resume", "dr", "--topic", "audit"]).await;
+        resumed.ok();
+        assert!(
+            resumed
+                .stderr
+                .contains("note: audit was failed over (Stopped)"),
+            "{resumed:#?}"
+        );
+        assert_eq!(
+            topic(&s, "dr-audit").await.spec.state,
+            DesiredState::Mirroring
+        );
     })
     .await;
 }

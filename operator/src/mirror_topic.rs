@@ -331,7 +331,10 @@ async fn run_lifecycle(
 
     let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     let pod_list = pods_api
-        .list(&ListParams::default().labels(&format!("{LABEL_MIRROR_TOPIC}={name}")))
+        .list(&ListParams::default().labels(&format!(
+            "{LABEL_MIRROR_TOPIC}={}",
+            crate::pods::label_value(&name)
+        )))
         .await?;
     let per_pod = cm.spec.fetcher.partitions_per_pod.max(1);
     let mut pods: BTreeMap<i32, PodView> = BTreeMap::new();
@@ -1027,7 +1030,10 @@ async fn cleanup(mt: Arc<MirrorTopic>, ctx: Arc<Context>) -> Result<Action> {
     let name = mt.name_any();
     let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     let pods = pods_api
-        .list(&ListParams::default().labels(&format!("{LABEL_MIRROR_TOPIC}={name}")))
+        .list(&ListParams::default().labels(&format!(
+            "{LABEL_MIRROR_TOPIC}={}",
+            crate::pods::label_value(&name)
+        )))
         .await?;
     if !pods.items.is_empty() {
         for pod in pods

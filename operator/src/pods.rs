@@ -47,6 +47,16 @@ pub fn pod_name(mirror_topic: &str, index: i32) -> String {
     }
 }
 
+/// A label value for an object name: the name itself when it fits in 63 characters, else a
+/// prefix and a hash of the whole name.
+pub fn label_value(name: &str) -> String {
+    if name.len() <= 63 {
+        return name.to_string();
+    }
+    let hash = format!("{:08x}", fnv1a(name.as_bytes()) as u32);
+    format!("{}-{hash}", name[..54].trim_end_matches(['-', '.']))
+}
+
 /// FNV-1a, for short stable hashes in names and annotations.
 pub fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf29ce484222325u64, |h, b| {
@@ -314,6 +324,14 @@ mod tests {
         }))
         .unwrap();
         (mt, cm)
+    }
+
+    #[test]
+    fn label_values_fit() {
+        assert_eq!(label_value("orders"), "orders");
+        let long = "x".repeat(200);
+        assert!(label_value(&long).len() <= 63);
+        assert_ne!(label_value(&long), label_value(&format!("{long}y")));
     }
 
     #[test]

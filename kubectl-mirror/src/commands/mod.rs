@@ -1,0 +1,48 @@
+//! The commands: each reads what it needs from the cluster, acts, and prints.
+
+mod failback;
+mod status;
+mod topics;
+mod verify;
+
+use std::io::Write;
+
+use crate::cli::{Cli, Command, Selection};
+use crate::client::Kube;
+use crate::error::Result;
+
+/// Runs a parsed command line.
+pub async fn run(cli: Cli) -> Result<()> {
+    let kube = Kube::connect(&cli.global).await?;
+    match &cli.command {
+        Command::Status(a) => status::run(&kube, a).await,
+        Command::Failover(a) => topics::failover(&kube, a).await,
+        Command::Failback(a) => failback::run(&kube, a).await,
+        Command::Resolve(a) => topics::resolve(&kube, a).await,
+        Command::Pause(a) => topics::set_state(&kube, a, topics::Target::Pause).await,
+        Command::Resume(a) => topics::set_state(&kube, a, topics::Target::Resume).await,
+        Command::Retry(a) => topics::retry(&kube, a).await,
+        Command::Verify(a) => verify::run(&kube, a).await,
+    }
+}
+
+/// Writes to standard output; a closed pipe (`| head`) is not an error.
+pub fn emit(text: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes());
+    let _ = out.flush();
+}
+
+/// Writes one line to standard output.
+pub fn line(text: &str) {
+    emit(&format!("{text}\n"));
+}
+
+/// The `--topic` values of a selection, empty for `--all`.
+fn wanted(selection: &Selection) -> &[String] {
+    if selection.all {
+        &[]
+    } else {
+        &selection.topics
+    }
+}

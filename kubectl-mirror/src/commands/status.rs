@@ -1,0 +1,43 @@
+//! `kubectl mirror status`.
+
+use crate::cli::{Output, StatusArgs};
+use crate::client::Kube;
+use crate::error::{Error, Result};
+use crate::render;
+
+use super::emit;
+
+/// Shows one mirror, the namespace's mirrors, or (`-A`) every mirror.
+pub async fn run(kube: &Kube, args: &StatusArgs) -> Result<()> {
+    let ns = kube.namespace.as_str();
+    let (mirrors, topics) = match (&args.mirror, args.all_namespaces) {
+        (Some(name), false) => {
+            let m = kube.mirror(ns, name).await?;
+            (vec![m], kube.topics_of(ns, name).await?)
+        }
+        (None, false) => (kube.mirrors(Some(ns)).await?, kube.topics(Some(ns)).await?),
+        (name, true) => {
+            let mut mirrors = kube.mirrors(None).await?;
+            if let Some(name) = name {
+                mirrors.retain(|m| m.metadata.name.as_deref() == Some(name.as_str()));
+                if mirrors.is_empty() {
+                    return Err(Error::MirrorNotFoundAnywhere { name: name.clone() });
+                }
+            }
+            (mirrors, kube.topics(None).await?)
+        }
+    };
+    let doc = render::status_document(&mirrors, &topics);
+    match args.output {
+        Output::Table if doc.mirrors.is_empty() => {
+            if args.all_namespaces {
+                eprintln!("No ClusterMirrors found.");
+            } else {
+                eprintln!("No ClusterMirrors found in namespace {ns}.");
+            }
+        }
+        Output::Table => emit(&render::status_table(&doc)),
+        other => emit(&render::document(&doc, other)),
+    }
+    Ok(())
+}

@@ -1,0 +1,908 @@
+//! Pure rendering: the status document and its table, progress lines, offset tables and the
+//! verification summary. Nothing here talks to the cluster.
+
+use std::collections::BTreeMap;
+
+use kmirror_crds::v1alpha1::{
+    ClusterMirror, DesiredState, DivergencePolicy, FailoverMode, MirrorTopic, PartitionCounts,
+    PartitionState, PartitionStatus,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::cli::Output;
+use crate::select::object_name;
+
+/// `status -o json|yaml`: every mirror shown, with its topics and partitions.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusDocument {
+    /// Mirrors, by namespace then name.
+    pub mirrors: Vec<MirrorView>,
+}
+
+/// One `ClusterMirror`.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct MirrorView {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// Source bootstrap servers.
+    pub source: String,
+    /// Destination bootstrap servers.
+    pub destination: String,
+    /// `namespace/name` of the mirror this one reverses (failback).
+    pub reverse_of: Option<String>,
+    /// The `Ready` condition, if reported.
+    pub ready: Option<ConditionView>,
+    /// Partitions per state over the listed topics.
+    pub partition_counts: PartitionCounts,
+    /// Topics, by source topic.
+    pub topics: Vec<TopicView>,
+}
+
+/// A condition's status, reason and message.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ConditionView {
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+    /// Machine-readable reason.
+    pub reason: String,
+    /// Human-readable message.
+    pub message: String,
+}
+
+/// One `MirrorTopic`.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct TopicView {
+    /// Object name.
+    pub name: String,
+    /// Source topic.
+    pub source_topic: String,
+    /// Destination topic.
+    pub destination_topic: String,
+    /// `spec.state`.
+    pub desired_state: DesiredState,
+    /// `spec.failover.mode`.
+    pub failover_mode: FailoverMode,
+    /// `spec.divergencePolicy`.
+    pub divergence_policy: Option<DivergencePolicy>,
+    /// `status.phase`, `Pending` without status.
+    pub phase: String,
+    /// `status.maxLag`.
+    pub max_lag: Option<i64>,
+    /// `status.offsetsIdentical`.
+    pub offsets_identical: Option<bool>,
+    /// Partitions, by number.
+    pub partitions: Vec<PartitionView>,
+}
+
+/// One partition of a topic (every key always present).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PartitionView {
+    /// Partition number.
+    pub partition: i32,
+    /// Lifecycle state.
+    pub state: PartitionState,
+    /// State transitions so far.
+    pub state_epoch: i64,
+    /// Records behind the source.
+    pub lag: Option<i64>,
+    /// Age of the oldest record not mirrored yet.
+    pub lag_seconds: Option<f64>,
+    /// Last source offset copied (-1: none).
+    pub last_mirrored_offset: Option<i64>,
+    /// Source log-end offset.
+    pub source_log_end_offset: Option<i64>,
+    /// Destination log-end offset.
+    pub destination_log_end_offset: Option<i64>,
+    /// Offsets identical on both sides.
+    pub offsets_identical: Option<bool>,
+    /// Fetcher pod.
+    pub fetcher_pod: Option<String>,
+    /// Failed retries (-1: not retryable).
+    pub retry_attempt: Option<i32>,
+    /// Last error.
+    pub last_error: Option<String>,
+    /// When the state was entered.
+    pub last_transition_time: Option<String>,
+    /// Divergence found on failback.
+    pub divergence: Option<DivergenceView>,
+}
+
+/// Divergent records found on failback.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct DivergenceView {
+    /// First divergent offset.
+    pub from_offset: i64,
+    /// One past the last divergent offset.
+    pub to_offset: i64,
+    /// Where copies of the divergent records are.
+    pub quarantine_topic: String,
+    /// Records copied there so far.
+    pub quarantined_records: i64,
+    /// Resolution applied, if any.
+    pub resolution: Option<String>,
+}
+
+impl From<&PartitionStatus> for PartitionView {
+    fn from(p: &PartitionStatus) -> PartitionView {
+        PartitionView {
+            partition: p.partition,
+            state: p.state,
+            state_epoch: p.state_epoch,
+            lag: p.lag,
+            lag_seconds: p.lag_seconds,
+            last_mirrored_offset: p.last_mirrored_offset,
+            source_log_end_offset: p.source_log_end_offset,
+            destination_log_end_offset: p.destination_log_end_offset,
+            offsets_identical: p.offsets_identical,
+            fetcher_pod: p.fetcher_pod.clone(),
+            retry_attempt: p.retry_attempt,
+            last_error: p.last_error.clone(),
+            last_transition_time: p.last_transition_time.clone(),
+            divergence: p.divergence.as_ref().map(|d| DivergenceView {
+                from_offset: d.from_offset,
+                to_offset: d.to_offset,
+                quarantine_topic: d.quarantine_topic.clone(),
+                quarantined_records: d.quarantined_records,
+                resolution: d.resolution.clone(),
+            }),
+        }
+    }
+}
+
+/// The view of one topic.
+pub fn topic_view(t: &MirrorTopic) -> TopicView {
+    let status = t.status.as_ref();
+    let mut partitions: Vec<PartitionView> = status
+        .map(|s| s.partitions.iter().map(PartitionView::from).collect())
+        .unwrap_or_default();
+    partitions.sort_by_key(|p| p.partition);
+    TopicView {
+        name: object_name(t).to_string(),
+        source_topic: t.spec.source_topic.clone(),
+        destination_topic: t.destination_topic().to_string(),
+        desired_state: t.spec.state,
+        failover_mode: t.spec.failover.mode,
+        divergence_policy: t.spec.divergence_policy,
+        phase: status
+            .and_then(|s| s.phase.clone())
+            .unwrap_or_else(|| "Pending".to_string()),
+        max_lag: status.and_then(|s| s.max_lag),
+        offsets_identical: status.and_then(|s| s.offsets_identical),
+        partitions,
+    }
+}
+
+fn count(counts: &mut PartitionCounts, state: PartitionState) {
+    counts.total += 1;
+    let slot = match state {
+        PartitionState::Unknown => &mut counts.unknown,
+        PartitionState::Preparing => &mut counts.preparing,
+        PartitionState::Mirroring => &mut counts.mirroring,
+        PartitionState::Paused => &mut counts.paused,
+        PartitionState::Stopping => &mut counts.stopping,
+        PartitionState::Stopped => &mut counts.stopped,
+        PartitionState::Failed => &mut counts.failed,
+    };
+    *slot += 1;
+}
+
+/// Builds the document from mirrors and topics (topics of other mirrors are ignored).
+pub fn status_document(mirrors: &[ClusterMirror], topics: &[MirrorTopic]) -> StatusDocument {
+    let mut by_mirror: BTreeMap<(String, String), Vec<&MirrorTopic>> = BTreeMap::new();
+    for t in topics {
+        let ns = t.metadata.namespace.clone().unwrap_or_default();
+        by_mirror
+            .entry((ns, t.spec.mirror.clone()))
+            .or_default()
+            .push(t);
+    }
+    let mut views: Vec<MirrorView> = mirrors
+        .iter()
+        .map(|m| {
+            let namespace = m.metadata.namespace.clone().unwrap_or_default();
+            let name = m.metadata.name.clone().unwrap_or_default();
+            let mut topics: Vec<TopicView> = by_mirror
+                .get(&(namespace.clone(), name.clone()))
+                .map(|ts| ts.iter().map(|t| topic_view(t)).collect())
+                .unwrap_or_default();
+            topics.sort_by(|a, b| (&a.source_topic, &a.name).cmp(&(&b.source_topic, &b.name)));
+            let mut counts = PartitionCounts::default();
+            for p in topics.iter().flat_map(|t| &t.partitions) {
+                count(&mut counts, p.state);
+            }
+            let ready = m.status.as_ref().and_then(|s| {
+                s.conditions
+                    .iter()
+                    .find(|c| c.type_ == "Ready")
+                    .map(|c| ConditionView {
+                        status: c.status.clone(),
+                        reason: c.reason.clone(),
+                        message: c.message.clone(),
+                    })
+            });
+            MirrorView {
+                namespace,
+                name,
+                source: m.spec.source.bootstrap_servers.clone(),
+                destination: m.spec.destination.bootstrap_servers.clone(),
+                reverse_of: m.spec.reverse_of.clone(),
+                ready,
+                partition_counts: counts,
+                topics,
+            }
+        })
+        .collect();
+    views.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    StatusDocument { mirrors: views }
+}
+
+/// Aligns rows under headers, columns three spaces apart, no trailing spaces.
+pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (i, cell) in row.iter().enumerate() {
+            if i < widths.len() {
+                widths[i] = widths[i].max(cell.chars().count());
+            }
+        }
+    }
+    let line = |cells: Vec<&str>| -> String {
+        let mut out = String::new();
+        for (i, cell) in cells.iter().enumerate() {
+            out.push_str(cell);
+            if i + 1 < cells.len() {
+                let pad = widths[i] - cell.chars().count() + 3;
+                out.extend(std::iter::repeat_n(' ', pad));
+            }
+        }
+        out.trim_end().to_string()
+    };
+    let mut out = line(headers.to_vec());
+    out.push('\n');
+    for row in rows {
+        out.push_str(&line(row.iter().map(String::as_str).collect()));
+        out.push('\n');
+    }
+    out
+}
+
+fn opt<T: ToString>(v: Option<T>) -> String {
+    v.map_or_else(|| "-".to_string(), |v| v.to_string())
+}
+
+fn yes_no(v: Option<bool>) -> String {
+    match v {
+        Some(true) => "yes".into(),
+        Some(false) => "no".into(),
+        None => "-".into(),
+    }
+}
+
+/// A message on one line.
+pub fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// How a divergence reads in a table cell and in messages.
+pub fn divergence_note(d: &DivergenceView) -> String {
+    let resolution = match &d.resolution {
+        Some(r) => format!("resolved: {r}"),
+        None => "waiting for a divergence policy".to_string(),
+    };
+    format!(
+        "divergence: offsets {}..{} ({} records) quarantined in {}; {resolution}",
+        d.from_offset,
+        d.to_offset,
+        d.to_offset - d.from_offset,
+        d.quarantine_topic
+    )
+}
+
+/// The topic cell: source topic, with the destination when it has another name.
+fn topic_cell(t: &TopicView) -> String {
+    if t.destination_topic == t.source_topic {
+        t.source_topic.clone()
+    } else {
+        format!("{} → {}", t.source_topic, t.destination_topic)
+    }
+}
+
+/// The header line of one mirror in the status table.
+pub fn mirror_header(m: &MirrorView) -> String {
+    let ready = match &m.ready {
+        Some(c) if c.status == "True" || c.reason.is_empty() => c.status.clone(),
+        Some(c) => format!("{} ({})", c.status, c.reason),
+        None => "Unknown".to_string(),
+    };
+    let mut header = format!(
+        "MIRROR {}/{}   READY {ready}   {} → {}   TOPICS {}",
+        m.namespace,
+        m.name,
+        m.source,
+        m.destination,
+        m.topics.len()
+    );
+    if let Some(r) = &m.reverse_of {
+        header.push_str(&format!("   REVERSE-OF {r}"));
+    }
+    header
+}
+
+/// Column headers of the status table.
+pub const STATUS_COLUMNS: [&str; 8] = [
+    "TOPIC",
+    "PARTITION",
+    "STATE",
+    "LAG",
+    "LAST-MIRRORED",
+    "IDENTICAL",
+    "POD",
+    "ERROR",
+];
+
+/// Rows of one topic: one per partition, or one `PENDING` row without partition status.
+pub fn topic_rows(t: &TopicView) -> Vec<Vec<String>> {
+    if t.partitions.is_empty() {
+        return vec![vec![
+            topic_cell(t),
+            "-".into(),
+            t.phase.to_uppercase(),
+            opt(t.max_lag),
+            "-".into(),
+            yes_no(t.offsets_identical),
+            "-".into(),
+            String::new(),
+        ]];
+    }
+    t.partitions
+        .iter()
+        .map(|p| {
+            let error = match (&p.last_error, &p.divergence) {
+                (Some(e), _) => one_line(e),
+                (None, Some(d)) => divergence_note(d),
+                (None, None) => String::new(),
+            };
+            vec![
+                topic_cell(t),
+                p.partition.to_string(),
+                p.state.to_string(),
+                opt(p.lag),
+                opt(p.last_mirrored_offset),
+                yes_no(p.offsets_identical),
+                opt(p.fetcher_pod.as_deref()),
+                error,
+            ]
+        })
+        .collect()
+}
+
+/// The human-readable status: per mirror a header line, a table, a blank line.
+pub fn status_table(doc: &StatusDocument) -> String {
+    let mut out = String::new();
+    for (i, m) in doc.mirrors.iter().enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        out.push_str(&mirror_header(m));
+        out.push('\n');
+        if let Some(c) = &m.ready
+            && c.status != "True"
+            && !c.message.is_empty()
+        {
+            out.push_str(&format!("  {}\n", one_line(&c.message)));
+        }
+        if m.topics.is_empty() {
+            out.push_str("  (no MirrorTopics)\n");
+            continue;
+        }
+        let rows: Vec<Vec<String>> = m.topics.iter().flat_map(topic_rows).collect();
+        out.push_str(&table(&STATUS_COLUMNS, &rows));
+    }
+    out
+}
+
+/// Serializes a document as JSON or YAML (`Output::Table` is the caller's business).
+pub fn document<T: Serialize>(value: &T, output: Output) -> String {
+    match output {
+        Output::Yaml => serde_yaml::to_string(value).expect("documents serialize"),
+        _ => {
+            let mut s = serde_json::to_string_pretty(value).expect("documents serialize");
+            s.push('\n');
+            s
+        }
+    }
+}
+
+/// Where the partitions of one topic stand with respect to a target state.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Progress {
+    /// The topic as named in messages (its source topic).
+    pub label: String,
+    /// Partitions reported.
+    pub total: usize,
+    /// Partitions in the target state.
+    pub done: usize,
+    /// Partitions in FAILED, with their last error.
+    pub failed: Vec<(i32, String)>,
+    /// Sum of the reported lags, if any is reported.
+    pub lag: Option<i64>,
+    /// The status describes an older spec than the one just written.
+    pub stale: bool,
+}
+
+impl Progress {
+    /// Every partition reached the target (and the status is current).
+    pub fn complete(&self) -> bool {
+        !self.stale && self.total > 0 && self.done == self.total
+    }
+}
+
+/// Progress of a topic towards `target`; `generation` is the topic's generation after the
+/// change being followed (`None`: do not check `observedGeneration`).
+pub fn progress(t: &MirrorTopic, target: PartitionState, generation: Option<i64>) -> Progress {
+    let status = t.status.as_ref();
+    let parts: &[PartitionStatus] = status.map(|s| s.partitions.as_slice()).unwrap_or(&[]);
+    let stale = match (generation, status.and_then(|s| s.observed_generation)) {
+        (Some(g), Some(observed)) => observed < g,
+        _ => false,
+    };
+    let lags: Vec<i64> = parts.iter().filter_map(|p| p.lag).collect();
+    Progress {
+        label: t.spec.source_topic.clone(),
+        total: parts.len(),
+        done: parts.iter().filter(|p| p.state == target).count(),
+        failed: parts
+            .iter()
+            .filter(|p| p.state == PartitionState::Failed)
+            .map(|p| {
+                (
+                    p.partition,
+                    one_line(p.last_error.as_deref().unwrap_or("no reason reported")),
+                )
+            })
+            .collect(),
+        lag: (!lags.is_empty()).then(|| lags.iter().sum()),
+        stale,
+    }
+}
+
+/// One progress line, e.g. `orders: 3/6 partitions STOPPED, lag 120`.
+pub fn progress_line(p: &Progress, target: PartitionState) -> String {
+    if p.total == 0 {
+        return format!("{}: waiting for the operator to report partitions", p.label);
+    }
+    let mut line = format!("{}: {}/{} partitions {target}", p.label, p.done, p.total);
+    if !p.failed.is_empty() {
+        line.push_str(&format!(", {} FAILED", p.failed.len()));
+    }
+    if let Some(lag) = p.lag {
+        line.push_str(&format!(", lag {lag}"));
+    }
+    if p.stale {
+        line.push_str(" (status not yet updated for the change)");
+    }
+    line
+}
+
+/// The failed partitions of a progress, one `topic[partition] FAILED: reason` each.
+pub fn failed_lines(p: &Progress) -> Vec<String> {
+    p.failed
+        .iter()
+        .map(|(partition, reason)| format!("{}[{partition}] FAILED: {reason}", p.label))
+        .collect()
+}
+
+/// The last mirrored offset of every partition of the topics, as a table.
+pub fn last_mirrored_table(topics: &[&MirrorTopic]) -> String {
+    let mut rows = Vec::new();
+    for t in topics {
+        let view = topic_view(t);
+        for p in &view.partitions {
+            rows.push(vec![
+                view.source_topic.clone(),
+                p.partition.to_string(),
+                p.state.to_string(),
+                opt(p.last_mirrored_offset),
+            ]);
+        }
+    }
+    table(
+        &["TOPIC", "PARTITION", "STATE", "LAST-MIRRORED-OFFSET"],
+        &rows,
+    )
+}
+
+/// Partitions of a topic whose divergence still waits for a policy.
+pub fn unresolved_divergences(t: &MirrorTopic) -> Vec<(i32, DivergenceView)> {
+    topic_view(t)
+        .partitions
+        .into_iter()
+        .filter_map(|p| match p.divergence {
+            Some(d) if d.resolution.is_none() => Some((p.partition, d)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// `verify -o json|yaml`: the reports of every topic verified.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct VerifyDocument {
+    /// `namespace/name` of the mirror.
+    pub mirror: String,
+    /// No topic had mismatches or errors.
+    pub clean: bool,
+    /// Per topic.
+    pub topics: Vec<TopicVerification>,
+}
+
+/// The verification of one topic.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct TopicVerification {
+    /// MirrorTopic name.
+    pub name: String,
+    /// Source topic.
+    pub source_topic: String,
+    /// Destination topic.
+    pub destination_topic: String,
+    /// Every report clean and no error.
+    pub clean: bool,
+    /// Why the verifier could not finish, if it could not.
+    pub error: Option<String>,
+    /// The verifier's per-partition reports, unchanged.
+    pub reports: Vec<serde_json::Value>,
+}
+
+/// The fields of a verifier report the summary shows.
+#[derive(Deserialize, Debug, Clone, Default, PartialEq)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ReportSummary {
+    /// Partition.
+    pub partition: i32,
+    /// Source records examined.
+    pub source_records: u64,
+    /// Found with the same content.
+    pub matched: u64,
+    /// Absent from the destination.
+    pub missing: u64,
+    /// Different on the destination.
+    pub different: u64,
+    /// On the destination only.
+    pub extra: u64,
+    /// After the last source record's copy.
+    pub trailing: u64,
+    /// Offsets identical.
+    pub offsets_identical: bool,
+}
+
+impl ReportSummary {
+    /// No missing, different or extra records.
+    pub fn is_clean(&self) -> bool {
+        self.missing == 0 && self.different == 0 && self.extra == 0
+    }
+}
+
+/// The verification summary table, followed by one line per topic that could not be verified.
+pub fn verify_table(doc: &VerifyDocument) -> String {
+    let mut rows = Vec::new();
+    let mut errors = Vec::new();
+    for t in &doc.topics {
+        for r in &t.reports {
+            let s: ReportSummary = serde_json::from_value(r.clone()).unwrap_or_default();
+            rows.push(vec![
+                t.source_topic.clone(),
+                s.partition.to_string(),
+                if s.is_clean() { "clean" } else { "MISMATCH" }.to_string(),
+                s.source_records.to_string(),
+                s.matched.to_string(),
+                s.missing.to_string(),
+                s.different.to_string(),
+                s.extra.to_string(),
+                s.trailing.to_string(),
+                yes_no(Some(s.offsets_identical)),
+            ]);
+        }
+        if let Some(e) = &t.error {
+            errors.push(format!("{}: {}", t.source_topic, one_line(e)));
+        }
+    }
+    let mut out = String::new();
+    if !rows.is_empty() {
+        out.push_str(&table(
+            &[
+                "TOPIC",
+                "PARTITION",
+                "RESULT",
+                "SOURCE-RECORDS",
+                "MATCHED",
+                "MISSING",
+                "DIFFERENT",
+                "EXTRA",
+                "TRAILING",
+                "IDENTICAL",
+            ],
+            &rows,
+        ));
+    }
+    for e in errors {
+        out.push_str(&format!("error: {e}\n"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{condition, mirror, partition, topic, with_status};
+    use kmirror_crds::v1alpha1::DivergenceStatus;
+
+    fn fixture() -> StatusDocument {
+        let mut m = mirror("dr", "ns");
+        m.status = Some(kmirror_crds::v1alpha1::ClusterMirrorStatus {
+            conditions: vec![condition(
+                "Ready",
+                "False",
+                "SourceUnreachable",
+                "no\nbrokers",
+            )],
+            ..Default::default()
+        });
+        let orders = with_status(
+            topic("dr-orders", "dr", "orders"),
+            vec![
+                PartitionStatus {
+                    lag: Some(5),
+                    last_error: Some("broker   down\nagain".into()),
+                    state: PartitionState::Failed,
+                    ..partition(1, PartitionState::Failed)
+                },
+                PartitionStatus {
+                    lag: Some(0),
+                    last_mirrored_offset: Some(1499),
+                    offsets_identical: Some(true),
+                    fetcher_pod: Some("dr-orders-fetcher-0".into()),
+                    ..partition(0, PartitionState::Mirroring)
+                },
+            ],
+        );
+        let mut pending = topic("dr-audit", "dr", "audit");
+        pending.spec.destination_topic = Some("audit-copy".into());
+        let other = topic("x-orders", "other", "orders");
+        status_document(&[m, mirror("b", "ns")], &[orders, pending, other])
+    }
+
+    #[test]
+    fn document_groups_sorts_and_counts() {
+        let doc = fixture();
+        assert_eq!(doc.mirrors.len(), 2);
+        assert_eq!(doc.mirrors[0].name, "b");
+        assert!(doc.mirrors[0].topics.is_empty());
+        let dr = &doc.mirrors[1];
+        assert_eq!(dr.source, "src:9092");
+        assert_eq!(dr.destination, "dst:9092");
+        let names: Vec<&str> = dr.topics.iter().map(|t| t.source_topic.as_str()).collect();
+        assert_eq!(names, ["audit", "orders"]);
+        assert_eq!(dr.topics[0].phase, "Pending");
+        assert_eq!(dr.topics[0].destination_topic, "audit-copy");
+        let parts: Vec<i32> = dr.topics[1]
+            .partitions
+            .iter()
+            .map(|p| p.partition)
+            .collect();
+        assert_eq!(parts, [0, 1]);
+        assert_eq!(dr.partition_counts.total, 2);
+        assert_eq!(dr.partition_counts.mirroring, 1);
+        assert_eq!(dr.partition_counts.failed, 1);
+        assert_eq!(dr.ready.as_ref().unwrap().reason, "SourceUnreachable");
+    }
+
+    #[test]
+    fn json_keys_are_always_present() {
+        let json = serde_json::to_value(fixture()).unwrap();
+        let dr = &json["mirrors"][1];
+        for key in [
+            "namespace",
+            "name",
+            "source",
+            "destination",
+            "reverseOf",
+            "ready",
+            "partitionCounts",
+            "topics",
+        ] {
+            assert!(dr.get(key).is_some(), "mirror key {key}");
+        }
+        let p = &dr["topics"][1]["partitions"][0];
+        for key in [
+            "partition",
+            "state",
+            "stateEpoch",
+            "lag",
+            "lagSeconds",
+            "lastMirroredOffset",
+            "sourceLogEndOffset",
+            "destinationLogEndOffset",
+            "offsetsIdentical",
+            "fetcherPod",
+            "retryAttempt",
+            "lastError",
+            "lastTransitionTime",
+            "divergence",
+        ] {
+            assert!(p.get(key).is_some(), "partition key {key}");
+        }
+        assert_eq!(p["state"], "MIRRORING");
+        assert_eq!(dr["topics"][1]["desiredState"], "Mirroring");
+        assert_eq!(dr["topics"][1]["failoverMode"], "Graceful");
+        assert!(dr["reverseOf"].is_null());
+        let back: StatusDocument = serde_json::from_value(json).unwrap();
+        assert_eq!(back, fixture());
+        let yaml = document(&fixture(), Output::Yaml);
+        assert!(yaml.contains("lastMirroredOffset: 1499"), "{yaml}");
+    }
+
+    #[test]
+    fn table_shows_header_rows_pending_and_errors() {
+        let text = status_table(&fixture());
+        let expected = "\
+MIRROR ns/b   READY Unknown   src:9092 → dst:9092   TOPICS 0
+  (no MirrorTopics)
+
+MIRROR ns/dr   READY False (SourceUnreachable)   src:9092 → dst:9092   TOPICS 2
+  no brokers
+TOPIC                PARTITION   STATE       LAG   LAST-MIRRORED   IDENTICAL   POD                   ERROR
+audit → audit-copy   -           PENDING     -     -               -           -
+orders               0           MIRRORING   0     1499            yes         dr-orders-fetcher-0
+orders               1           FAILED      5     -               -           -                     broker down again
+";
+        assert_eq!(text, expected);
+    }
+
+    #[test]
+    fn divergence_shows_in_error_column() {
+        let t = with_status(
+            topic("r-orders", "r", "orders"),
+            vec![PartitionStatus {
+                divergence: Some(DivergenceStatus {
+                    from_offset: 100,
+                    to_offset: 120,
+                    quarantine_topic: "orders.kmirror-quarantine".into(),
+                    quarantined_records: 20,
+                    resolution: None,
+                }),
+                ..partition(0, PartitionState::Preparing)
+            }],
+        );
+        let rows = topic_rows(&topic_view(&t));
+        assert_eq!(
+            rows[0][7],
+            "divergence: offsets 100..120 (20 records) quarantined in \
+             orders.kmirror-quarantine; waiting for a divergence policy"
+        );
+        assert_eq!(unresolved_divergences(&t).len(), 1);
+    }
+
+    #[test]
+    fn progress_lines() {
+        let mut t = with_status(
+            topic("dr-orders", "dr", "orders"),
+            vec![
+                PartitionStatus {
+                    lag: Some(100),
+                    ..partition(0, PartitionState::Stopping)
+                },
+                PartitionStatus {
+                    lag: Some(20),
+                    last_error: Some("boom".into()),
+                    ..partition(1, PartitionState::Failed)
+                },
+                PartitionStatus {
+                    lag: Some(0),
+                    last_mirrored_offset: Some(41),
+                    ..partition(2, PartitionState::Stopped)
+                },
+            ],
+        );
+        let p = progress(&t, PartitionState::Stopped, None);
+        assert_eq!(
+            progress_line(&p, PartitionState::Stopped),
+            "orders: 1/3 partitions STOPPED, 1 FAILED, lag 120"
+        );
+        assert_eq!(failed_lines(&p), ["orders[1] FAILED: boom"]);
+        assert!(!p.complete());
+        for part in &mut t.status.as_mut().unwrap().partitions {
+            part.state = PartitionState::Stopped;
+            part.lag = None;
+        }
+        t.status.as_mut().unwrap().observed_generation = Some(2);
+        let p = progress(&t, PartitionState::Stopped, Some(3));
+        assert!(p.stale && !p.complete());
+        assert!(progress(&t, PartitionState::Stopped, Some(2)).complete());
+        assert_eq!(
+            progress_line(
+                &progress(&t, PartitionState::Stopped, Some(2)),
+                PartitionState::Stopped
+            ),
+            "orders: 3/3 partitions STOPPED"
+        );
+        let empty = topic("dr-x", "dr", "x");
+        assert_eq!(
+            progress_line(
+                &progress(&empty, PartitionState::Stopped, None),
+                PartitionState::Stopped
+            ),
+            "x: waiting for the operator to report partitions"
+        );
+        assert!(!progress(&empty, PartitionState::Stopped, None).complete());
+        let lmo = last_mirrored_table(&[&t]);
+        assert!(
+            lmo.starts_with("TOPIC    PARTITION   STATE     LAST-MIRRORED-OFFSET\n"),
+            "{lmo}"
+        );
+        assert!(lmo.contains("orders   2           STOPPED   41\n"), "{lmo}");
+    }
+
+    #[test]
+    fn verify_summary() {
+        let doc = VerifyDocument {
+            mirror: "ns/dr".into(),
+            clean: false,
+            topics: vec![
+                TopicVerification {
+                    name: "dr-orders".into(),
+                    source_topic: "orders".into(),
+                    destination_topic: "orders".into(),
+                    clean: false,
+                    error: None,
+                    reports: vec![
+                        serde_json::json!({"partition": 0, "sourceRecords": 10, "matched": 10,
+                            "missing": 0, "different": 0, "extra": 0, "trailing": 0,
+                            "offsetsIdentical": true, "examples": []}),
+                        serde_json::json!({"partition": 1, "sourceRecords": 10, "matched": 9,
+                            "missing": 1, "different": 0, "extra": 0, "trailing": 0,
+                            "offsetsIdentical": true, "examples": [[5, 5, "missing"]]}),
+                    ],
+                },
+                TopicVerification {
+                    name: "dr-pay".into(),
+                    source_topic: "pay".into(),
+                    destination_topic: "pay".into(),
+                    clean: false,
+                    error: Some("no state\nrecorded".into()),
+                    reports: vec![],
+                },
+            ],
+        };
+        let text = verify_table(&doc);
+        assert!(
+            text.contains("orders   0           clean      10"),
+            "{text}"
+        );
+        assert!(
+            text.contains("orders   1           MISMATCH   10"),
+            "{text}"
+        );
+        assert!(text.ends_with("error: pay: no state recorded\n"), "{text}");
+    }
+
+    #[test]
+    fn table_alignment_counts_characters() {
+        let t = table(
+            &["A", "B"],
+            &[
+                vec!["→x".into(), "1".into()],
+                vec!["long".into(), "".into()],
+            ],
+        );
+        assert_eq!(t, "A      B\n→x     1\nlong\n");
+    }
+}
