@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 export CARGO_TARGET_DIR ?= $(HOME)/.cache/kmirror/target
 
-.PHONY: test demo lint build testbed-up testbed-down crds bench bench-fetcher
+.PHONY: test demo lint build testbed-up testbed-down crds bench bench-fetcher image image-check deploy-manifests
 
 ## test: lint, start the test bed if needed, run every test, stop what was started.
 test:
@@ -12,9 +12,10 @@ test:
 demo:
 	e2e/demo.sh
 
-## crds: regenerate the CRD YAML of the chart from the API types.
+## crds: regenerate the CRD YAML of the chart from the API types, and deploy/ from the chart.
 crds:
 	cargo run -q -p kmirror-crds --bin crdgen
+	deploy/render.sh
 
 ## lint: formatting and clippy, warnings are errors.
 lint:
@@ -37,3 +38,21 @@ bench:
 ## bench-fetcher: the kmirror fetcher alone on ~1 GB of lz4 records.
 bench-fetcher:
 	bench/run.sh fetcher
+
+## image: build the container image (Docker >= 23 with BuildKit, podman or buildah; pulls the
+## Rust and distroless bases). IMAGE=ghcr.io/kmirror/kmirror:0.1.0 by default. See docs/image.md.
+IMAGE ?= ghcr.io/kmirror/kmirror:0.1.0
+image:
+	@if docker info >/dev/null 2>&1; then docker build -t $(IMAGE) .; \
+	elif command -v podman >/dev/null; then podman build --layers -t $(IMAGE) .; \
+	elif command -v buildah >/dev/null; then buildah bud --layers -t $(IMAGE) .; \
+	else echo "make image: needs Docker (BuildKit), podman or buildah" >&2; exit 1; fi
+
+## image-check: build the Dockerfile here, without a registry, on stand-in bases, and check the
+## image (root, buildah, debootstrap; ~15 min cold, ~1 min warm). Not part of test.
+image-check:
+	e2e/image-check.sh
+
+## deploy-manifests: regenerate deploy/ from the Helm chart (a test fails when they differ).
+deploy-manifests:
+	deploy/render.sh

@@ -114,8 +114,7 @@ build_runtime_base() {
   rm -rf "$rootfs/usr/share/doc" "$rootfs/usr/share/man" "$rootfs/usr/share/lintian"
   [ ! -e "$rootfs/bin/sh" ] && [ ! -e "$rootfs/usr/bin/sh" ] || die "the runtime stand-in must not have a shell"
   commit_dir "$rootfs" "$runtime_base" --user 65532:65532 --workingdir /home/nonroot \
-    --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-    --env SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt
+    --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
   rm -rf "$rootfs" "$debs"
 }
 
@@ -131,10 +130,10 @@ bh bud --pull=never --isolation chroot --layers -f Dockerfile -t "$image" . >"$w
 log "image built in $((SECONDS - started))s"
 
 log "checking $image"
-config="$(bh inspect --type image --format '{{json .OCIv1.Config}}' "$image")"
-python3 - "$config" <<'EOF'
+bh inspect --type image "$image" >"$work/inspect.json"
+python3 - "$work/inspect.json" <<'EOF'
 import json, sys
-c = json.loads(sys.argv[1])
+c = json.load(open(sys.argv[1]))["OCIv1"]["config"]
 assert c.get("User") == "65532:65532", f"user is {c.get('User')!r}"
 assert c.get("Entrypoint") == ["/usr/local/bin/kmirror-operator"], c.get("Entrypoint")
 assert {"8080/tcp", "9464/tcp"} <= set(c.get("ExposedPorts", {})), c.get("ExposedPorts")
