@@ -144,8 +144,7 @@ async fn mirror(bed: &Testbed, s: &Scenario, topic: &str, partitions: i32) {
 }
 
 #[tokio::test]
-async fn graceful_failover_resumes_consumers_at_the_same_offsets_and_failback_copies_only_the_delta()
- {
+async fn graceful_failover_resumes_consumers_at_the_same_offsets_and_lets_the_app_write() {
     let bed = Testbed::get();
     ensure_state_topic(bed);
     let s = Scenario::new(bed, "fo-graceful").await;
@@ -269,19 +268,60 @@ async fn graceful_failover_resumes_consumers_at_the_same_offsets_and_failback_co
         "the plugin prints the last mirrored offsets: {out}"
     );
 
-    // Failback: only what the new primary received after the failover crosses back.
+    s.cleanup().await;
+}
+
+#[tokio::test]
+async fn failback_after_a_graceful_failover_copies_only_the_delta_at_identical_offsets() {
+    let bed = Testbed::get();
+    ensure_state_topic(bed);
+    let s = Scenario::new(bed, "fo-back").await;
+    let topic = unique_name("fo-back");
+    let source = bed.source_config();
+    let dest = bed.dest_config(DestUser::Admin);
+    create_topic(&source, &topic, 2, &[]).await.unwrap();
+    produce_all(&source, &topic, &mixed_records(2000, 2, 0, 17), &[]).unwrap();
+    let _op = OperatorProcess::spawn(bed, &s.ns, &[]);
+    mirror(bed, &s, &topic, 2).await;
+    // The applications stop writing to the source, then the topic fails over gracefully.
+    let (code, out, err) = plugin(
+        bed,
+        &s.ns,
+        &[
+            "failover",
+            "dr",
+            "--topic",
+            &topic,
+            "--wait",
+            "--timeout",
+            "3m",
+        ],
+    );
+    assert_eq!(code, 0, "failover failed:\n{out}\n{err}");
+    let lmo_ends: Vec<i64> = s
+        .topic("t")
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .partitions
+        .iter()
+        .map(|p| p.last_mirrored_offset.unwrap() + 1)
+        .collect();
     let before: Vec<i64> = (0..2)
         .map(|p| watermarks(&source, &topic, p).unwrap().1)
         .collect();
-    let lmo_ends: Vec<i64> = lmos.iter().map(|l| l + 1).collect();
     assert_eq!(
         before, lmo_ends,
-        "graceful failover drained the source up to its end (no divergence)"
+        "the source ends at the last mirrored offsets: no divergence"
     );
+    // The new primary takes writes.
+    produce_all(&dest, &topic, &mixed_records(333, 2, 0, 18), &[]).unwrap();
     let new_on_primary: i64 = (0..2)
         .map(|p| watermarks(&dest, &topic, p).unwrap().1)
         .sum::<i64>()
         - lmo_ends.iter().sum::<i64>();
+    assert_eq!(new_on_primary, 333);
     let (code, out, err) = plugin(
         bed,
         &s.ns,

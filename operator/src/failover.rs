@@ -45,6 +45,7 @@ pub async fn finish(
     cache: &Arc<StateCache>,
     records: &BTreeMap<i32, PartitionRecords>,
     partitions: &[i32],
+    source_reachable: bool,
 ) -> Result<()> {
     let mirror = mirror_key(mt);
     let topic = &mt.spec.source_topic;
@@ -56,7 +57,15 @@ pub async fn finish(
     }
     // The final group-offset sync must see the topic as it is now; it is best effort when the
     // source is gone (an immediate failover), and says so.
-    let group_note = match sync::groups::final_sync(ctx, cm, mt, source, destination, cache).await {
+    let group_sync = if source_reachable {
+        sync::groups::final_sync(ctx, cm, mt, source, destination, cache).await
+    } else {
+        Err(crate::error::Error::Kafka {
+            cluster: "source",
+            message: "the source is unreachable".into(),
+        })
+    };
+    let group_note = match group_sync {
         Ok(summary) => summary,
         Err(e) => {
             tracing::warn!(topic = %mt.name_any(), error = %e, "final consumer-group offset sync failed");
@@ -69,12 +78,17 @@ pub async fn finish(
                 .as_ref()
                 .is_some_and(|s| s.state == PartitionState::Stopped)
     });
-    if all_stopped
-        && cm.spec.sync.acls.enabled
-        && let Err(e) = sync::acls::make_writable(ctx, cm, mt, source, destination).await
-    {
-        {
-            // The source may be gone (immediate failover): the source's WRITE ACLs cannot be read.
+    if all_stopped && cm.spec.sync.acls.enabled {
+        let applied = if source_reachable {
+            sync::acls::make_writable(ctx, cm, mt, source, destination).await
+        } else {
+            Err(crate::error::Error::Kafka {
+                cluster: "source",
+                message: "the source is unreachable: its ACLs cannot be read".into(),
+            })
+        };
+        if let Err(e) = applied {
+            // The source may be gone (immediate failover): its WRITE ACLs cannot be read.
             tracing::warn!(topic = %mt.name_any(), error = %e, "could not apply the source's WRITE ACLs");
             ctx.event(
                 mt,

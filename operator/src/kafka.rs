@@ -28,8 +28,17 @@ pub async fn describe_topic(
     cluster: &Arc<Cluster>,
     topic: &str,
 ) -> Result<Option<TopicDescription>> {
+    describe_topic_within(cluster, topic, TIMEOUT).await
+}
+
+/// Describes a topic, waiting at most `timeout` for the cluster.
+pub async fn describe_topic_within(
+    cluster: &Arc<Cluster>,
+    topic: &str,
+    timeout: Duration,
+) -> Result<Option<TopicDescription>> {
     let (c, t) = (cluster.clone(), topic.to_string());
-    tokio::task::spawn_blocking(move || describe_topics(c.admin.inner(), &[&t], TIMEOUT))
+    tokio::task::spawn_blocking(move || describe_topics(c.admin.inner(), &[&t], timeout))
         .await
         .map_err(|e| cluster.error(e))?
         .map(|mut v| v.pop().flatten())

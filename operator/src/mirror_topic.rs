@@ -300,7 +300,7 @@ async fn run_lifecycle(
         .find_map(|r| r.position.as_ref().and_then(|p| p.source_topic_id.clone()));
 
     // The source topic.
-    let described = kafka::describe_topic(source, &topic).await;
+    let described = kafka::describe_topic_within(source, &topic, Duration::from_secs(5)).await;
     let (source_state, source_partitions) = match &described {
         Ok(Some(d)) => {
             let recreated =
@@ -487,6 +487,7 @@ async fn run_lifecycle(
             cache,
             &records,
             &finishing,
+            source_state != SourceObservation::Unreachable,
         )
         .await?;
     }
