@@ -389,13 +389,17 @@ impl Drop for Scenario {
         if !std::thread::panicking() {
             return;
         }
-        let (client, ns) = (self.client.clone(), self.ns.clone());
+        // A new client: the test's one is bound to the runtime that is unwinding right now.
+        let ns = self.ns.clone();
         let _ = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .expect("runtime");
             rt.block_on(async {
+                let Ok(client) = Testbed::get().kube_client().await else {
+                    return;
+                };
                 remove_finalizers(&client, &ns).await;
                 crate::namespace::delete(&client, &ns).await;
             });
