@@ -213,7 +213,11 @@ impl StateWriter {
         let mut record = record;
         loop {
             match self.producer.send(record) {
-                Ok(()) => return Ok(()),
+                Ok(()) => {
+                    // Serve delivery reports as we go, so they never pile up between flushes.
+                    self.producer.poll(Duration::ZERO);
+                    return Ok(());
+                }
                 Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
                     self.producer.poll(Duration::from_millis(50));
                     record = r;
