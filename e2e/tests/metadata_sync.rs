@@ -422,3 +422,62 @@ async fn deleting_the_source_topic_stops_the_mirror_topic_with_a_reason() {
     );
     s.cleanup().await;
 }
+
+#[tokio::test]
+async fn one_shot_group_sync_command_copies_offsets_exactly() {
+    use kmirror_e2e::fetcher::{
+        FetcherProcess, destination_args, source_args, target_dir, wait_until,
+    };
+    let bed = Testbed::get();
+    ensure_state_topic(bed);
+    let source = bed.source_config();
+    let dest = bed.dest_config(DestUser::Admin);
+    let topic = unique_name("sync-once");
+    create_topic(&source, &topic, 2, &[]).await.unwrap();
+    create_topic(&dest, &topic, 2, &[]).await.unwrap();
+    produce_all(&source, &topic, &mixed_records(400, 2, 0, 81), &[]).unwrap();
+    let mirror = format!("e2e/{topic}");
+    let mut args: Vec<String> = [
+        "--mirror",
+        &mirror,
+        "--source-topic",
+        &topic,
+        "--partitions",
+        "0,1",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.extend(source_args(bed));
+    args.extend(destination_args(bed));
+    let mut fetcher = FetcherProcess::spawn(&args);
+    wait_until("catch-up", Duration::from_secs(60), || {
+        (0..2).all(|p| watermarks(&dest, &topic, p).unwrap().1 == 200)
+    });
+    fetcher.signal("TERM");
+    assert_eq!(fetcher.wait(Duration::from_secs(30)), Some(0));
+    let group = unique_name("once");
+    commit(&source, &group, &topic, &[(0, 123), (1, 45)]);
+    let mut cmd = std::process::Command::new(target_dir().join("debug/kmirror-sync-groups"));
+    cmd.args([
+        "--mirror",
+        &mirror,
+        "--source-topic",
+        &topic,
+        "--group",
+        &group,
+    ]);
+    cmd.args(source_args(bed)).args(destination_args(bed));
+    let out = cmd.output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("1 groups synced"), "{stdout}");
+    assert_eq!(
+        committed(&dest, &group, &topic, 2),
+        vec![Some(123), Some(45)]
+    );
+}

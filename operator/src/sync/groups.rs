@@ -22,12 +22,16 @@ use crate::state_cache::StateCache;
 const TIMEOUT: Duration = Duration::from_secs(15);
 
 /// One mirrored topic as the group sync sees it.
-#[derive(Clone)]
-struct TopicPlan {
-    source: String,
-    destination: String,
-    partitions: Vec<i32>,
-    maps: BTreeMap<i32, OffsetMap>,
+#[derive(Clone, Debug)]
+pub struct TopicPlan {
+    /// Source topic.
+    pub source: String,
+    /// Destination topic.
+    pub destination: String,
+    /// Partitions to sync.
+    pub partitions: Vec<i32>,
+    /// Offset map per partition (absent: identity).
+    pub maps: BTreeMap<i32, OffsetMap>,
 }
 
 /// The outcome of syncing groups.
@@ -98,7 +102,8 @@ fn group_consumer(
         .create()
 }
 
-fn sync_blocking(
+/// Syncs the selected groups once over `plans` (blocking; run it off the async runtime).
+pub fn sync_blocking(
     source: &Cluster,
     destination: &Cluster,
     selector: &Selector,
