@@ -31,7 +31,7 @@ testbed-up:
 testbed-down:
 	e2e/testbed.sh down
 
-## bench: kmirror vs MirrorMaker 2 vs the bed's limit (~25 min; BENCH_BYTES=200MB BENCH_RUNS=1 to try). Not part of test.
+## bench: kmirror vs MirrorMaker 2 vs the bed's limit (~13 min; BENCH_BYTES=200MB BENCH_RUNS=1 to try). Not part of test.
 bench:
 	bench/run.sh full
 
