@@ -805,15 +805,21 @@ impl<'a> Fetcher<'a> {
                 throttle,
                 ..
             } = self;
-            let mut batch: Vec<BorrowedMessage<'_>> = Vec::new();
+            let mut batch: Vec<(BorrowedMessage<'_>, Option<OwnedHeaders>, usize)> = Vec::new();
             let mut bytes = 0usize;
             let mut timeout = wait;
             while batch.len() < MAX_BATCH_RECORDS && bytes < MAX_BATCH_BYTES {
                 match consumer.poll(timeout) {
                     None => break,
                     Some(Ok(m)) => {
-                        bytes += message_size(&m);
-                        batch.push(m);
+                        // Headers are parsed once per record (librdkafka re-parses on every
+                        // call when a record has none).
+                        let headers = m.headers().map(|h| {
+                            h.iter().fold(OwnedHeaders::new_with_capacity(h.count()), |acc, h| acc.insert(h))
+                        });
+                        let size = message_size(&m, headers.as_ref());
+                        bytes += size;
+                        batch.push((m, headers, size));
                     }
                     Some(Err(KafkaError::MessageConsumption(
                         RDKafkaErrorCode::AutoOffsetReset,
@@ -837,7 +843,7 @@ impl<'a> Fetcher<'a> {
             // Pass 1: decide every record's destination offset; persist new map segments first.
             let mut decisions = Vec::with_capacity(batch.len());
             let mut gaps: Vec<i32> = Vec::new();
-            for m in &batch {
+            for (m, _, _) in &batch {
                 let unit = units.get_mut(&m.partition()).ok_or_else(|| {
                     Stop::error(format!("record from unowned partition {}", m.partition()))
                 })?;
@@ -862,22 +868,15 @@ impl<'a> Fetcher<'a> {
                 state.flush(ADMIN_TIMEOUT)?;
             }
             // Pass 2: produce.
-            for (m, decision) in batch.iter().zip(decisions) {
+            for ((m, headers, size), decision) in batch.into_iter().zip(decisions) {
                 let Accept::Produce { expected_dst, .. } = decision else {
                     continue;
                 };
-                let size = message_size(m);
                 let pending = Box::new(Pending {
                     partition: m.partition(),
                     expected_dst,
                     bytes: size,
                     timestamp: timestamp_ms(m.timestamp()),
-                });
-                let headers = m.headers().map(|h| {
-                    h.iter()
-                        .fold(OwnedHeaders::new_with_capacity(h.count()), |acc, h| {
-                            acc.insert(h)
-                        })
                 });
                 let mut record = BaseRecord::<[u8], [u8], Box<Pending>>::with_opaque_to(
                     &config.destination_topic,
@@ -1137,16 +1136,14 @@ impl<'a> Fetcher<'a> {
     }
 }
 
-fn message_size(m: &BorrowedMessage<'_>) -> usize {
+fn message_size(m: &BorrowedMessage<'_>, headers: Option<&OwnedHeaders>) -> usize {
     m.key().map_or(0, <[u8]>::len)
         + m.payload().map_or(0, <[u8]>::len)
-        + m.headers()
-            .map(|h| {
-                h.iter()
-                    .map(|h| h.key.len() + h.value.map_or(0, <[u8]>::len))
-                    .sum::<usize>()
-            })
-            .unwrap_or(0)
+        + headers.map_or(0, |h| {
+            h.iter()
+                .map(|h| h.key.len() + h.value.map_or(0, <[u8]>::len))
+                .sum::<usize>()
+        })
 }
 
 /// Writes the map chunks of `unit` that changed since the last write (not flushed).
