@@ -37,8 +37,9 @@ kafka org.apache.kafka.tools.TopicCommand --bootstrap-server "$KMIRROR_SOURCE_BO
 kafka org.apache.kafka.tools.ProducerPerformance --topic "$TOPIC" --num-records 3000 --record-size 300 \
   --throughput -1 --producer-props bootstrap.servers="$KMIRROR_SOURCE_BOOTSTRAP" | tail -n 1 | sed 's/^/   /'
 # Traffic keeps flowing while the mirror starts.
-kafka org.apache.kafka.tools.ProducerPerformance --topic "$TOPIC" --num-records 1000000 --record-size 300 \
-  --throughput 200 --producer-props bootstrap.servers="$KMIRROR_SOURCE_BOOTSTRAP" >/dev/null 2>&1 &
+# (started directly, not through the shell function, so that $! is the JVM itself)
+"$KMIRROR_KAFKA_RUN" org.apache.kafka.tools.ProducerPerformance --topic "$TOPIC" --num-records 1000000 \
+  --record-size 300 --throughput 200 --producer-props bootstrap.servers="$KMIRROR_SOURCE_BOOTSTRAP" >/dev/null 2>&1 &
 PRODUCER=$!
 trap 'kill $PRODUCER 2>/dev/null || true' EXIT
 say "producer running at 200 records/s (pid $PRODUCER)"
