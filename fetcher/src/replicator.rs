@@ -815,7 +815,10 @@ impl<'a> Fetcher<'a> {
                         // Headers are parsed once per record (librdkafka re-parses on every
                         // call when a record has none).
                         let headers = m.headers().map(|h| {
-                            h.iter().fold(OwnedHeaders::new_with_capacity(h.count()), |acc, h| acc.insert(h))
+                            h.iter()
+                                .fold(OwnedHeaders::new_with_capacity(h.count()), |acc, h| {
+                                    acc.insert(h)
+                                })
                         });
                         let size = message_size(&m, headers.as_ref());
                         bytes += size;
