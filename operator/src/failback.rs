@@ -282,19 +282,7 @@ pub async fn prepare(
             }
             Some(DivergencePolicy::KeepAndTranslate) => {
                 d.resolution = Some("kept".into());
-                seed(
-                    cm,
-                    mt,
-                    source,
-                    destination,
-                    cache,
-                    partition,
-                    fwd,
-                    lmo_src,
-                    lmo_dst,
-                    end,
-                )
-                .await?;
+                seed(mt, source, cache, partition, fwd, lmo_src, lmo_dst, end).await?;
                 return Ok(Prepared::Blocked {
                     note: "divergent records kept".into(),
                     divergence: Some(d),
@@ -302,29 +290,15 @@ pub async fn prepare(
             }
         }
     }
-    seed(
-        cm,
-        mt,
-        source,
-        destination,
-        cache,
-        partition,
-        fwd,
-        lmo_src,
-        lmo_dst,
-        end,
-    )
-    .await?;
+    seed(mt, source, cache, partition, fwd, lmo_src, lmo_dst, end).await?;
     Ok(Prepared::Ready)
 }
 
 /// Writes the position (and map) a failback fetcher starts from.
 #[allow(clippy::too_many_arguments)]
 async fn seed(
-    cm: &ClusterMirror,
     mt: &MirrorTopic,
     source: &Arc<Cluster>,
-    destination: &Arc<Cluster>,
     cache: &Arc<StateCache>,
     partition: i32,
     forward: &PartitionRecords,
@@ -332,7 +306,6 @@ async fn seed(
     lmo_dst: i64,
     end: i64,
 ) -> Result<()> {
-    let _ = destination;
     let forward_map = forward.offset_map().unwrap_or_default();
     let map = reverse_map(&forward_map, lmo_src, lmo_dst, end);
     let source_cluster_id = source.cluster_id(Duration::from_secs(10)).await?;
@@ -371,7 +344,6 @@ async fn seed(
         ),
         Some(serde_json::to_vec(&position).expect("positions serialize")),
     ));
-    let _ = cm;
     cache.write_records(batch).await
 }
 

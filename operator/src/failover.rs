@@ -58,7 +58,7 @@ pub async fn finish(
     // The final group-offset sync must see the topic as it is now; it is best effort when the
     // source is gone (an immediate failover), and says so.
     let group_sync = if source_reachable {
-        sync::groups::final_sync(ctx, cm, mt, source, destination, cache).await
+        sync::groups::final_sync(cm, mt, source, destination, cache).await
     } else {
         Err(crate::error::Error::Kafka {
             cluster: "source",

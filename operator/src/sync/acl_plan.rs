@@ -41,8 +41,11 @@ pub fn plan(
     for b in source {
         match b.resource_type {
             ResourceType::Topic => {
-                for (src, t) in topics.iter().filter(|(src, _)| covers(b, src)) {
-                    let _ = src;
+                for t in topics
+                    .iter()
+                    .filter(|(src, _)| covers(b, src))
+                    .map(|(_, t)| t)
+                {
                     let literal = |operation| AclBinding {
                         name: t.destination.clone(),
                         pattern: PatternType::Literal,

@@ -70,12 +70,11 @@ pub fn translate(map: &OffsetMap, committed: i64, destination: (i64, i64)) -> i6
         .clamp(destination.0, destination.1)
 }
 
-fn plans(cm: &ClusterMirror, cache: &StateCache, topics: &[&MirrorTopic]) -> Vec<TopicPlan> {
+fn plans(cache: &StateCache, topics: &[&MirrorTopic]) -> Vec<TopicPlan> {
     topics
         .iter()
         .map(|t| {
             let records = cache.topic(&mirror_key(t), &t.spec.source_topic);
-            let _ = cm;
             TopicPlan {
                 source: t.spec.source_topic.clone(),
                 destination: t.destination_topic().to_string(),
@@ -212,7 +211,7 @@ pub async fn sync(
             .map(|t| &t.topic)
             .collect(),
     };
-    let plans = plans(cm, cache, &chosen);
+    let plans = plans(cache, &chosen);
     if plans.is_empty() {
         return Ok("no mirrored topics to sync groups for".into());
     }
@@ -240,14 +239,12 @@ pub async fn sync(
 
 /// The last group-offset sync of a topic being failed over (skipped when disabled).
 pub async fn final_sync(
-    ctx: &Arc<crate::context::Context>,
     cm: &ClusterMirror,
     mt: &MirrorTopic,
     source: &Arc<Cluster>,
     destination: &Arc<Cluster>,
     cache: &Arc<StateCache>,
 ) -> Result<Option<String>> {
-    let _ = ctx;
     if !cm.spec.sync.consumer_groups.enabled {
         return Ok(None);
     }
