@@ -293,19 +293,27 @@ async fn forbidden_updates_are_refused_and_allowed_ones_pass() {
     namespace::delete(&client, &ns).await;
 }
 
+/// Runs kubectl, retrying for a while: right after a CRD is established, kubectl's discovery and
+/// the apiserver's OpenAPI document can lag behind for a few seconds.
 fn kubectl(bed: &Testbed, args: &[&str]) -> String {
-    let out = Command::new(bed.var("KMIRROR_KUBECTL"))
-        .env("KUBECONFIG", bed.var("KUBECONFIG"))
-        .args(args)
-        .output()
-        .expect("run kubectl");
-    assert!(
-        out.status.success(),
-        "kubectl {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let out = Command::new(bed.var("KMIRROR_KUBECTL"))
+            .env("KUBECONFIG", bed.var("KUBECONFIG"))
+            .args(args)
+            .output()
+            .expect("run kubectl");
+        if out.status.success() {
+            return String::from_utf8_lossy(&out.stdout).into_owned();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "kubectl {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
 }
 
 #[tokio::test]
