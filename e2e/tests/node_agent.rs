@@ -155,8 +155,15 @@ async fn crashing_container_restarts_with_growing_restart_count() {
 }
 
 fn marker_dir() -> PathBuf {
-    // Outside /tmp: every pod has a private /tmp.
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(unique_name("node-agent"));
+    // Outside /tmp: every pod has a private /tmp (so not the cargo target dir, which may be there).
+    let home = PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/root".into()));
+    assert!(
+        !home.starts_with("/tmp"),
+        "the marker files must live outside /tmp"
+    );
+    let dir = home
+        .join(".cache/kmirror/e2e-markers")
+        .join(unique_name("node-agent"));
     std::fs::create_dir_all(&dir).expect("marker dir");
     dir
 }
