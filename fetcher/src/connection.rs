@@ -64,6 +64,23 @@ impl ClusterSettings {
         Ok(config)
     }
 
+    /// Settings from command-line flags: bootstrap servers, `key=value` properties and
+    /// `key=/path` properties whose values are read from files.
+    pub fn from_flags(
+        bootstrap: &str,
+        properties: &[String],
+        property_files: &[String],
+    ) -> Result<ClusterSettings, String> {
+        Ok(ClusterSettings {
+            bootstrap_servers: bootstrap.to_string(),
+            properties: ClusterSettings::parse_pairs(properties)?,
+            property_files: ClusterSettings::parse_pairs(property_files)?
+                .into_iter()
+                .map(|(k, v)| (k, PathBuf::from(v)))
+                .collect(),
+        })
+    }
+
     /// Parses `key=value` pairs (flag values) into the property map.
     pub fn parse_pairs<'a>(
         pairs: impl IntoIterator<Item = &'a String>,

@@ -5,7 +5,6 @@
 //! truncated before mirroring, 15 destination not empty without state, 2 bad arguments.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -113,14 +112,7 @@ fn settings(
     props: &[String],
     files: &[String],
 ) -> anyhow::Result<ClusterSettings> {
-    let mut s = ClusterSettings::new(bootstrap);
-    s.properties = ClusterSettings::parse_pairs(props).map_err(anyhow::Error::msg)?;
-    s.property_files = ClusterSettings::parse_pairs(files)
-        .map_err(anyhow::Error::msg)?
-        .into_iter()
-        .map(|(k, v)| (k, PathBuf::from(v)))
-        .collect();
-    Ok(s)
+    ClusterSettings::from_flags(bootstrap, props, files).map_err(anyhow::Error::msg)
 }
 
 fn config(args: &Args) -> anyhow::Result<FetcherConfig> {

@@ -1,7 +1,6 @@
 //! `kmirror-verify`: compares source and destination partitions record by record through the
 //! offset map recorded in the state topic. Exit 0 when clean, 1 on mismatches, 2 on errors.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
@@ -54,27 +53,13 @@ struct Args {
     timeout_seconds: u64,
 }
 
-fn settings(
-    bootstrap: &str,
-    props: &[String],
-    files: &[String],
-) -> Result<ClusterSettings, String> {
-    let mut s = ClusterSettings::new(bootstrap);
-    s.properties = ClusterSettings::parse_pairs(props)?;
-    s.property_files = ClusterSettings::parse_pairs(files)?
-        .into_iter()
-        .map(|(k, v)| (k, PathBuf::from(v)))
-        .collect();
-    Ok(s)
-}
-
 fn run(args: Args) -> Result<bool, String> {
-    let source = settings(
+    let source = ClusterSettings::from_flags(
         &args.source_bootstrap,
         &args.source_properties,
         &args.source_property_files,
     )?;
-    let destination = settings(
+    let destination = ClusterSettings::from_flags(
         &args.destination_bootstrap,
         &args.destination_properties,
         &args.destination_property_files,

@@ -3,7 +3,6 @@
 //! mirror's offset map, clamped to the destination log, committed without a leader epoch;
 //! groups with active members on the destination are skipped. Exit 0 done, 1 error, 2 usage.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
@@ -58,12 +57,7 @@ fn cluster(
     props: &[String],
     files: &[String],
 ) -> Result<Cluster, String> {
-    let mut s = ClusterSettings::new(bootstrap);
-    s.properties = ClusterSettings::parse_pairs(props)?;
-    s.property_files = ClusterSettings::parse_pairs(files)?
-        .into_iter()
-        .map(|(k, v)| (k, PathBuf::from(v)))
-        .collect();
+    let s = ClusterSettings::from_flags(bootstrap, props, files)?;
     let config = s.client_config().map_err(|e| e.to_string())?;
     let admin = config.create().map_err(|e| format!("{side}: {e}"))?;
     Ok(Cluster {
