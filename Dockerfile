@@ -15,12 +15,13 @@ ARG DEBIAN_RELEASE=bookworm
 
 FROM docker.io/library/rust:${RUST_VERSION}-slim-${DEBIAN_RELEASE} AS builder
 ARG RUST_VERSION
-# librdkafka is compiled by rdkafka-sys (./configure && make): a C toolchain, pkg-config and the
-# OpenSSL headers (the workspace enables rdkafka's "ssl" feature). zstd comes from zstd-sys's
-# bundled sources; LIBZ_SYS_STATIC=1 makes libz-sys compile its bundled zlib too, so both are
-# linked statically and the runtime needs only glibc, libgcc_s and libssl3/libcrypto3.
+# librdkafka is compiled by rdkafka-sys with CMake: a C toolchain, cmake, pkg-config and the
+# OpenSSL headers (the workspace enables rdkafka's "ssl" feature). zstd and libcurl (for
+# OAUTHBEARER token requests) come from zstd-sys's and curl-sys's bundled sources;
+# LIBZ_SYS_STATIC=1 makes libz-sys compile its bundled zlib too, so all are linked statically
+# and the runtime needs only glibc, libgcc_s and libssl3/libcrypto3.
 RUN apt-get update \
- && apt-get install -y --no-install-recommends build-essential pkg-config libssl-dev \
+ && apt-get install -y --no-install-recommends build-essential cmake pkg-config libssl-dev \
  && rm -rf /var/lib/apt/lists/*
 # RUSTUP_TOOLCHAIN selects the image's compiler and keeps rustup from downloading the
 # components rust-toolchain.toml lists (rustfmt, clippy: not needed to build).

@@ -10,8 +10,11 @@
 #                  19093 controller
 #   destination  Kafka $KAFKA_VERSION KRaft combined node, StandardAuthorizer
 #                  29092 SASL_PLAINTEXT (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)
+#                  29094 SASL_PLAINTEXT (OAUTHBEARER: RS256 JWTs checked against the bed's JWKS)
 #                  29093 controller (SASL_PLAINTEXT, PLAIN, user admin)
 #                  users: admin (super user), mirror (fetchers), app (no ACLs)
+#   oidc         29096 an OAuth 2 token endpoint (client credentials; e2e/bed/oidc.py) whose
+#                tokens carry sub=mirror (client kmirror-mirror) or sub=app (client kmirror-app)
 #   compat39     (up --compat) Kafka 3.9.1 KRaft, 39092 PLAINTEXT, 39093 controller
 #   compat28     (up --compat) Kafka 2.8.2 with ZooKeeper, 28092 PLAINTEXT, ZooKeeper 22181
 #
@@ -30,6 +33,10 @@ KAFKA_ADMIN_PASSWORD="admin-secret"
 KAFKA_MIRROR_PASSWORD="mirror-secret"
 KAFKA_APP_PASSWORD="app-secret"
 KAFKA_TLS_PASSWORD="testbed-store"
+KAFKA_OIDC_MIRROR_SECRET="mirror-oauth-secret"
+KAFKA_OIDC_APP_SECRET="app-oauth-secret"
+KAFKA_OIDC_PORT=29096
+KAFKA_OIDC_SCRIPT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/oidc.py"
 # Fixed cluster IDs make logs and state easier to read; they are base64 UUIDs.
 KAFKA_SOURCE_ID="c3JjLWttaXJyb3ItdGVzdA"
 KAFKA_DEST_ID="ZHN0LWttaXJyb3ItdGVzdA"
@@ -143,6 +150,30 @@ kafka_pki() {
   ) || die "could not generate the Kafka test certificates"
 }
 
+# The identity provider's signing key, the JWKS the destination checks tokens against, and the
+# OAuth clients (client_id:client_secret:principal).
+kafka_oidc_keys() {
+  [ -f "$KAFKA_PKI/jwks.json" ] && return 0
+  mkdir -p "$KAFKA_PKI"
+  openssl genrsa -out "$KAFKA_PKI/oidc.key" 2048 2>/dev/null &&
+    python3 "$KAFKA_OIDC_SCRIPT" jwks "$KAFKA_PKI/oidc.key" >"$KAFKA_PKI/jwks.json.tmp" &&
+    mv "$KAFKA_PKI/jwks.json.tmp" "$KAFKA_PKI/jwks.json" ||
+    die "could not generate the OAuth signing key"
+  printf 'kmirror-mirror:%s:mirror\nkmirror-app:%s:app\n' \
+    "$KAFKA_OIDC_MIRROR_SECRET" "$KAFKA_OIDC_APP_SECRET" >"$KAFKA_PKI/oidc-clients"
+}
+
+kafka_oidc_up() {
+  if ! is_running oidc; then
+    port_open 127.0.0.1 "$KAFKA_OIDC_PORT" &&
+      die "port $KAFKA_OIDC_PORT is in use by something this test bed did not start"
+    start_bg oidc python3 "$KAFKA_OIDC_SCRIPT" serve "$KAFKA_OIDC_PORT" \
+      "$KAFKA_PKI/oidc.key" "$KAFKA_PKI/oidc-clients"
+  fi
+  wait_for "the OAuth token endpoint on 127.0.0.1:$KAFKA_OIDC_PORT" 30 oidc \
+    port_open 127.0.0.1 "$KAFKA_OIDC_PORT" || die "the OAuth token endpoint did not start"
+}
+
 # Launchers for the JVM side, written into $KM_RUN/bin:
 #   kafka-java VERSION HEAP CLASS ARGS...   any class of the cached jars of VERSION (brokers)
 #   kafka-run CLASS ARGS...                 a Kafka tool of the main version, warnings only
@@ -157,6 +188,7 @@ case "\$version" in
 esac
 exec java -Xms256m "-Xmx\$heap" -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \\
   -XX:InitiatingHeapOccupancyPercent=35 -Djava.awt.headless=true \\
+  -Dorg.apache.kafka.sasl.oauthbearer.allowed.urls=file://$KAFKA_PKI/jwks.json \\
   "\$logopt" -Dkafka.logs.dir="$KAFKA_DIR" -cp "$KM_CACHE/kafka/\$version/libs/*" "\$@"
 EOF
   cat >"$KM_RUN/bin/kafka-run" <<EOF
@@ -229,11 +261,11 @@ kafka_dest_props() {
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:29093
-listeners=SASL_PLAINTEXT://127.0.0.1:29092,CONTROLLER://127.0.0.1:29093
-advertised.listeners=SASL_PLAINTEXT://127.0.0.1:29092
+listeners=SASL_PLAINTEXT://127.0.0.1:29092,CONTROLLER://127.0.0.1:29093,OAUTH://127.0.0.1:29094
+advertised.listeners=SASL_PLAINTEXT://127.0.0.1:29092,OAUTH://127.0.0.1:29094
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=SASL_PLAINTEXT
-listener.security.protocol.map=CONTROLLER:SASL_PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT
+listener.security.protocol.map=CONTROLLER:SASL_PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,OAUTH:SASL_PLAINTEXT
 share.coordinator.state.topic.replication.factor=1
 share.coordinator.state.topic.min.isr=1
 sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512
@@ -244,6 +276,13 @@ listener.name.controller.plain.sasl.jaas.config=$plain
 listener.name.controller.sasl.enabled.mechanisms=PLAIN
 listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
 listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_plaintext.sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512
+listener.name.oauth.sasl.enabled.mechanisms=OAUTHBEARER
+listener.name.oauth.oauthbearer.sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;
+listener.name.oauth.oauthbearer.sasl.server.callback.handler.class=org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler
+sasl.oauthbearer.jwks.endpoint.url=file://$KAFKA_PKI/jwks.json
+sasl.oauthbearer.expected.audience=kmirror-testbed
+sasl.oauthbearer.expected.issuer=http://127.0.0.1/kmirror-testbed
 authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
 super.users=User:admin
 allow.everyone.if.no.acl.found=false
@@ -345,6 +384,7 @@ kafka_up() {
   kafka_write_log_configs
   kafka_write_launchers
   kafka_pki
+  kafka_oidc_keys
   mkdir -p "$KAFKA_DIR/source" "$KAFKA_DIR/destination"
   kafka_source_props >"$KAFKA_DIR/source/server.properties"
   kafka_dest_props >"$KAFKA_DIR/destination/server.properties"
@@ -358,6 +398,7 @@ kafka_up() {
   kafka_format destination "$KAFKA_VERSION" "$KAFKA_DEST_ID" "${scram[@]}"
   kafka_start source "$KAFKA_VERSION" 19092
   kafka_start destination "$KAFKA_VERSION" 29092
+  kafka_oidc_up
   kafka_write_client_configs
   kafka_wait source 19092
   kafka_wait destination 29092
@@ -438,6 +479,12 @@ export KMIRROR_SOURCE_BOOTSTRAP='127.0.0.1:19092'
 export KMIRROR_SOURCE_SASL_SSL_BOOTSTRAP='127.0.0.1:19094'
 export KMIRROR_SOURCE_MTLS_BOOTSTRAP='127.0.0.1:19095'
 export KMIRROR_DEST_BOOTSTRAP='127.0.0.1:29092'
+export KMIRROR_DEST_OAUTH_BOOTSTRAP='127.0.0.1:29094'
+export KMIRROR_OIDC_TOKEN_URL='http://127.0.0.1:$KAFKA_OIDC_PORT/token'
+export KMIRROR_OIDC_MIRROR_CLIENT_ID='kmirror-mirror'
+export KMIRROR_OIDC_MIRROR_CLIENT_SECRET='$KAFKA_OIDC_MIRROR_SECRET'
+export KMIRROR_OIDC_APP_CLIENT_ID='kmirror-app'
+export KMIRROR_OIDC_APP_CLIENT_SECRET='$KAFKA_OIDC_APP_SECRET'
 export KMIRROR_ADMIN_USER='admin'
 export KMIRROR_ADMIN_PASSWORD='$KAFKA_ADMIN_PASSWORD'
 export KMIRROR_MIRROR_USER='mirror'
@@ -460,14 +507,14 @@ EOF
 
 kafka_status() {
   local n
-  for n in kafka-source kafka-destination kafka-compat39 zookeeper kafka-compat28; do
+  for n in kafka-source kafka-destination oidc kafka-compat39 zookeeper kafka-compat28; do
     if is_running "$n"; then echo "$n: running (pid $(cat "$KM_PIDS/$n.pid"))"; else echo "$n: stopped"; fi
   done
 }
 
 kafka_down() {
   local n
-  for n in kafka-compat28 zookeeper kafka-compat39 kafka-destination kafka-source; do
+  for n in kafka-compat28 zookeeper kafka-compat39 oidc kafka-destination kafka-source; do
     stop_pid "$n" 30
   done
   rm -rf "$KAFKA_DIR"

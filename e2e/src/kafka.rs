@@ -92,6 +92,37 @@ impl Testbed {
     pub fn dest_config(&self, user: DestUser) -> ClientConfig {
         self.dest_config_with(user, "PLAIN")
     }
+
+    /// Destination cluster over SASL/OAUTHBEARER: tokens from the bed's OAuth token endpoint
+    /// (client credentials), whose subject is the principal. `Admin` has no OAuth client.
+    pub fn dest_oauth_config(&self, user: DestUser) -> ClientConfig {
+        let (id, secret) = match user {
+            DestUser::Mirror => (
+                self.var("KMIRROR_OIDC_MIRROR_CLIENT_ID"),
+                self.var("KMIRROR_OIDC_MIRROR_CLIENT_SECRET"),
+            ),
+            DestUser::App => (
+                self.var("KMIRROR_OIDC_APP_CLIENT_ID"),
+                self.var("KMIRROR_OIDC_APP_CLIENT_SECRET"),
+            ),
+            DestUser::Admin => panic!("the test bed has no OAuth client for admin"),
+        };
+        let mut c = ClientConfig::new();
+        c.set(
+            "bootstrap.servers",
+            self.var("KMIRROR_DEST_OAUTH_BOOTSTRAP"),
+        )
+        .set("security.protocol", "SASL_PLAINTEXT")
+        .set("sasl.mechanism", "OAUTHBEARER")
+        .set("sasl.oauthbearer.method", "oidc")
+        .set(
+            "sasl.oauthbearer.token.endpoint.url",
+            self.var("KMIRROR_OIDC_TOKEN_URL"),
+        )
+        .set("sasl.oauthbearer.client.id", id)
+        .set("sasl.oauthbearer.client.secret", secret);
+        c
+    }
 }
 
 /// A topic (or group) name unique within this test process and across runs.

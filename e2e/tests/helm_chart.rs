@@ -1835,8 +1835,19 @@ async fn mirror_through_the_chart(
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let mirroring = started.elapsed();
-    // One fetcher pod per partition, running on the node agent, in the chart's image.
-    let fetchers = s.pods().await;
+    // One fetcher pod per partition, running on the node agent, in the chart's image. The
+    // fetchers already report MIRRORING; the agent's pod status may trail by a sync period.
+    let running_deadline = Instant::now() + Duration::from_secs(30);
+    let fetchers = loop {
+        let pods = s.pods().await;
+        let running = pods
+            .iter()
+            .all(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"));
+        if running || Instant::now() > running_deadline {
+            break pods;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
     assert_eq!(fetchers.len(), 3, "one fetcher pod per partition");
     for pod in &fetchers {
         let spec = pod.spec.as_ref().unwrap();
@@ -1847,7 +1858,9 @@ async fn mirror_through_the_chart(
         assert_eq!(spec.containers[0].image.as_deref(), Some("kmirror:test"));
         assert_eq!(
             pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-            Some("Running")
+            Some("Running"),
+            "fetcher pod {:?}",
+            pod.metadata.name
         );
     }
     // Records flow: what is produced now reaches the destination.

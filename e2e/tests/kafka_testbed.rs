@@ -107,6 +107,39 @@ async fn destination_sasl_plain_and_scram_round_trip() {
 }
 
 #[tokio::test]
+async fn destination_oauthbearer_round_trip_with_tokens_from_the_identity_provider() {
+    let bed = Testbed::get();
+    let admin = bed.dest_config(DestUser::Admin);
+    // The mirror client's token carries sub=mirror, which has the mirror principal's ACLs.
+    round_trip(bed.dest_oauth_config(DestUser::Mirror), admin.clone()).await;
+
+    // The app client's token makes it User:app, which has no ACL: its produce is refused.
+    let topic = unique_name("oauth");
+    create_topic(&admin, &topic, 1, &[])
+        .await
+        .expect("create topic");
+    let err = produce(&bed.dest_oauth_config(DestUser::App), &topic, 1)
+        .await
+        .expect_err("app has no ACL");
+    assert_eq!(
+        err.rdkafka_error_code(),
+        Some(RDKafkaErrorCode::TopicAuthorizationFailed),
+        "unexpected error: {err}"
+    );
+
+    // A wrong client secret gets no token, so no connection.
+    let mut wrong = bed.dest_oauth_config(DestUser::Mirror);
+    wrong.set("sasl.oauthbearer.client.secret", "not-the-secret");
+    let consumer: BaseConsumer = wrong.create().expect("client");
+    assert!(
+        consumer
+            .fetch_metadata(None, Duration::from_secs(5))
+            .is_err(),
+        "a client without a valid token must not get metadata"
+    );
+}
+
+#[tokio::test]
 async fn app_needs_an_acl_to_produce_on_the_destination() {
     let bed = Testbed::get();
     let topic = unique_name("acl");

@@ -148,6 +148,59 @@ async fn six_partitions_mirror_at_identical_offsets_with_pods_and_status() {
 }
 
 #[tokio::test]
+async fn oauthbearer_destination_mirrors_with_tokens_from_the_identity_provider() {
+    let bed = Testbed::get();
+    ensure_state_topic(bed);
+    let s = Scenario::new(bed, "op-oauth").await;
+    let client_secret = bed.var("KMIRROR_OIDC_MIRROR_CLIENT_SECRET");
+    s.secret("destination-oauth", "clientSecret", client_secret)
+        .await;
+    let topic = unique_name("oauth");
+    create_topic(&bed.source_config(), &topic, 2, &[])
+        .await
+        .unwrap();
+    produce_all(
+        &bed.source_config(),
+        &topic,
+        &mixed_records(800, 2, 0, 21),
+        &[],
+    )
+    .unwrap();
+    let _op = OperatorProcess::spawn(bed, &s.ns, &[]);
+    let mut spec = Scenario::mirror_spec(bed);
+    spec["destination"] = json!({
+        "bootstrapServers": bed.var("KMIRROR_DEST_OAUTH_BOOTSTRAP"),
+        "sasl": {"mechanism": "OAUTHBEARER", "oauth": {
+            "tokenEndpointUrl": bed.var("KMIRROR_OIDC_TOKEN_URL"),
+            "clientId": bed.var("KMIRROR_OIDC_MIRROR_CLIENT_ID"),
+            "clientSecret": {"name": "destination-oauth", "key": "clientSecret"}
+        }}
+    });
+    s.apply_mirror("dr", spec).await;
+    s.apply_topic("orders", json!({"mirror": "dr", "sourceTopic": topic}))
+        .await;
+    s.wait_topic(
+        "orders",
+        "both partitions MIRRORING over OAUTHBEARER",
+        Duration::from_secs(90),
+        |t| all_partitions(t, PartitionState::Mirroring, 2),
+    )
+    .await;
+    wait_caught_up(bed, &topic, 2).await;
+    assert_eq!(verify_all(bed, &s.ns, "dr", &topic, 2), 800);
+    // The client secret reaches the fetchers as a mounted file, never as an argument or env.
+    for pod in s.pods().await {
+        let spec = serde_json::to_string(&pod.spec).unwrap();
+        assert!(
+            !spec.contains(client_secret),
+            "the client secret appears in pod {:?}",
+            pod.metadata.name
+        );
+    }
+    s.cleanup().await;
+}
+
+#[tokio::test]
 async fn include_filter_creates_topics_for_matches_only_including_new_ones() {
     let bed = Testbed::get();
     ensure_state_topic(bed);
