@@ -402,6 +402,9 @@ kafka_up() {
   kafka_write_client_configs
   kafka_wait source 19092
   kafka_wait destination 29092
+  # A destination started by an older version of this script lacks the OAUTHBEARER listener.
+  port_open 127.0.0.1 29094 ||
+    log "warning: the destination has no OAUTHBEARER listener on 29094 (started with an older configuration); run: e2e/testbed.sh restart kafka-destination"
   kafka_dest_acls
 }
 
