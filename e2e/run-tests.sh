@@ -22,6 +22,11 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# rdkafka-sys compiles librdkafka (C) with CMake.
+for tool in cargo cc cmake make; do
+  command -v "$tool" >/dev/null || { echo "make test: $tool is missing (see README: Quick start)" >&2; exit 1; }
+done
+
 step "lint"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings

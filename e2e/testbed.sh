@@ -41,6 +41,8 @@ cmd_up() {
     esac
   done
   local t0=$SECONDS
+  need java keytool mvn openssl python3 setsid
+  if ((HAVE_K8S && !kafka_only)); then need go cargo; fi
   # Provision first (downloads, builds), then start: a cold cache shows up as one long step.
   kafka_provision
   if ((HAVE_K8S && !kafka_only)); then k8s_provision; fi

@@ -69,5 +69,12 @@ wait_for() {
   done
 }
 
+# need TOOL...: fail early, naming every missing tool, instead of deep inside a step.
+need() {
+  local missing=() t
+  for t in "$@"; do command -v "$t" >/dev/null 2>&1 || missing+=("$t"); done
+  ((${#missing[@]} == 0)) || die "missing tools: ${missing[*]} (see README: Quick start)"
+}
+
 # port_open HOST PORT: a TCP connect succeeds.
 port_open() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
