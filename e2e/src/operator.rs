@@ -69,6 +69,30 @@ impl OperatorProcess {
         let _ = self.child.wait();
     }
 
+    /// SIGTERM, then wait up to `timeout` for the exit; the exit code, None when it did not
+    /// exit in time (it is killed then) or was killed by a signal.
+    pub fn terminate(&mut self, timeout: std::time::Duration) -> Option<i32> {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success(), "kill -TERM failed");
+        let deadline = std::time::Instant::now() + timeout;
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(exit)) = self.child.try_wait() {
+                return exit.code();
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        self.kill();
+        None
+    }
+
+    /// The process ID.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Still running?
     pub fn alive(&mut self) -> bool {
         self.child.try_wait().ok().flatten().is_none()

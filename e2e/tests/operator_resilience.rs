@@ -195,5 +195,43 @@ async fn leader_election_lets_only_the_leader_write_and_hands_over() {
     .await;
     assert!(reconciles(&b) > 0.0);
     assert!(b.alive());
+    // A graceful stop (SIGTERM, as in a rolling update) releases the lease: right after the
+    // leader exits, the lease is free or already taken by the standby, long before it expires.
+    let c = OperatorProcess::spawn(bed, &s.ns, &lease_args);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while c.metric("kmirror_operator_leader") != Some(0.0) {
+        assert!(Instant::now() < deadline, "the new standby did not start");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let second = holder().await.expect("b holds the lease");
+    assert_eq!(second, format!("kmirror-operator-{}", b.pid()));
+    assert_eq!(
+        b.terminate(Duration::from_secs(20)),
+        Some(0),
+        "graceful exit: {}",
+        b.log_text()
+    );
+    let after = holder().await;
+    assert_ne!(
+        after.as_deref(),
+        Some(second.as_str()),
+        "the lease still names the stopped leader"
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while c.metric("kmirror_operator_leader") != Some(1.0) {
+        assert!(
+            Instant::now() < deadline,
+            "the standby did not take the released lease"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    s.patch_topic("one", json!({"state": "Mirroring"})).await;
+    s.wait_topic(
+        "one",
+        "MIRRORING again under the third leader",
+        Duration::from_secs(60),
+        |t| all_partitions(t, PartitionState::Mirroring, 1),
+    )
+    .await;
     s.cleanup().await;
 }

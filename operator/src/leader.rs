@@ -103,6 +103,36 @@ impl Election {
         }
     }
 
+    /// Gives the lease up after a graceful stop, so that a standby takes over at its next try
+    /// instead of waiting for the lease to expire. Does nothing when another replica holds it.
+    pub async fn release(&self, client: &kube::Client) {
+        let api: Api<Lease> = Api::namespaced(client.clone(), &self.namespace);
+        let result = async {
+            let Some(mut lease) = api.get_opt(&self.name).await? else {
+                return Ok(false);
+            };
+            let Some(spec) = lease.spec.as_mut() else {
+                return Ok(false);
+            };
+            if spec.holder_identity.as_deref() != Some(self.identity.as_str()) {
+                return Ok(false);
+            }
+            spec.holder_identity = None;
+            // The resourceVersion makes this a compare-and-swap.
+            api.replace(&self.name, &PostParams::default(), &lease)
+                .await
+                .map(|_| true)
+        }
+        .await;
+        match result {
+            Ok(true) => tracing::info!(lease = %self.name, "released the lease"),
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "could not release the lease; it expires on its own")
+            }
+        }
+    }
+
     /// Renews the lease forever; returns only when leadership is lost (the caller must stop).
     pub async fn keep(&self, client: &kube::Client) {
         let api: Api<Lease> = Api::namespaced(client.clone(), &self.namespace);

@@ -127,6 +127,8 @@ async fn main() -> anyhow::Result<()> {
                 std::process::exit(1);
             }
         }
+        // The controllers have stopped: hand over without waiting for the lease to expire.
+        election.release(&client).await;
     } else {
         ctx.metrics.leader.set(1);
         kmirror_operator::run(ctx, args.namespace.clone(), shutdown_signal()).await;
