@@ -197,6 +197,8 @@ async fn status_fixtures(s: &Scenario) {
 async fn status_shows_mirrors_topics_and_partitions() {
     scenario("kmp-status", |s| async move {
         status_fixtures(&s).await;
+        // A MirrorTopic whose ClusterMirror does not exist (deleted, or a typo) is shown too.
+        s.apply_topic("lost-audit", topic_spec("gone", "audit")).await;
         let ns = s.ns.as_str();
 
         let table = mirror_cmd(ns, &["status"]).await;
@@ -239,16 +241,29 @@ async fn status_shows_mirrors_topics_and_partitions() {
         assert!(has_row(out, &["payments", "-", "PENDING"]), "{out}");
         // `dr` is listed before `spare`.
         assert!(out.find("/dr ").unwrap() < out.find("/spare ").unwrap(), "{out}");
+        assert!(
+            out.contains(&format!(
+                "MIRRORTOPIC {ns}/lost-audit   ClusterMirror gone not found: nothing mirrors it"
+            )),
+            "{out}"
+        );
+        assert!(has_row(out, &["audit", "-", "PENDING"]), "{out}");
 
         let one = mirror_cmd(ns, &["status", "dr"]).await;
         one.ok();
         assert!(!one.stdout.contains("spare"), "{}", one.stdout);
+        assert!(!one.stdout.contains("lost-audit"), "{}", one.stdout);
 
         let json_run = mirror_cmd(ns, &["status", "-o", "json"]).await;
         json_run.ok();
         let doc: Value = serde_json::from_str(&json_run.stdout).expect("status -o json is JSON");
         let mirrors = doc["mirrors"].as_array().unwrap();
         assert_eq!(mirrors.len(), 2);
+        let orphans = doc["orphanTopics"].as_array().expect("orphanTopics");
+        assert_eq!(orphans.len(), 1, "{doc}");
+        assert_eq!(orphans[0]["mirror"], "gone");
+        assert_eq!(orphans[0]["name"], "lost-audit");
+        assert_eq!(orphans[0]["sourceTopic"], "audit");
         let dr = &mirrors[0];
         assert_eq!(dr["namespace"], ns);
         assert_eq!(dr["name"], "dr");

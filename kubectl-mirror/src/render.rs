@@ -18,6 +18,22 @@ use crate::select::object_name;
 pub struct StatusDocument {
     /// Mirrors, by namespace then name.
     pub mirrors: Vec<MirrorView>,
+    /// MirrorTopics whose ClusterMirror does not exist (listed when no mirror is named).
+    #[serde(default)]
+    pub orphan_topics: Vec<OrphanTopicView>,
+}
+
+/// A `MirrorTopic` whose `spec.mirror` names no existing `ClusterMirror`.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct OrphanTopicView {
+    /// Namespace.
+    pub namespace: String,
+    /// The missing ClusterMirror's name.
+    pub mirror: String,
+    /// The topic.
+    #[serde(flatten)]
+    pub topic: TopicView,
 }
 
 /// One `ClusterMirror`.
@@ -241,7 +257,43 @@ pub fn status_document(mirrors: &[ClusterMirror], topics: &[MirrorTopic]) -> Sta
         })
         .collect();
     views.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
-    StatusDocument { mirrors: views }
+    StatusDocument {
+        mirrors: views,
+        orphan_topics: Vec::new(),
+    }
+}
+
+/// The topics whose ClusterMirror is not among `all_mirrors` (every mirror of the namespaces
+/// the topics were listed from), by namespace, mirror and name.
+pub fn orphan_topics(
+    all_mirrors: &[ClusterMirror],
+    topics: &[MirrorTopic],
+) -> Vec<OrphanTopicView> {
+    let known: std::collections::BTreeSet<(&str, &str)> = all_mirrors
+        .iter()
+        .map(|m| {
+            (
+                m.metadata.namespace.as_deref().unwrap_or_default(),
+                m.metadata.name.as_deref().unwrap_or_default(),
+            )
+        })
+        .collect();
+    let mut orphans: Vec<OrphanTopicView> = topics
+        .iter()
+        .filter(|t| {
+            let ns = t.metadata.namespace.as_deref().unwrap_or_default();
+            !known.contains(&(ns, t.spec.mirror.as_str()))
+        })
+        .map(|t| OrphanTopicView {
+            namespace: t.metadata.namespace.clone().unwrap_or_default(),
+            mirror: t.spec.mirror.clone(),
+            topic: topic_view(t),
+        })
+        .collect();
+    orphans.sort_by(|a, b| {
+        (&a.namespace, &a.mirror, &a.topic.name).cmp(&(&b.namespace, &b.mirror, &b.topic.name))
+    });
+    orphans
 }
 
 /// Aligns rows under headers, columns three spaces apart, no trailing spaces.
@@ -405,6 +457,16 @@ pub fn status_table(doc: &StatusDocument) -> String {
         }
         let rows: Vec<Vec<String>> = m.topics.iter().flat_map(topic_rows).collect();
         out.push_str(&table(&STATUS_COLUMNS, &rows));
+    }
+    for o in &doc.orphan_topics {
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        out.push_str(&format!(
+            "MIRRORTOPIC {}/{}   ClusterMirror {} not found: nothing mirrors it\n",
+            o.namespace, o.topic.name, o.mirror
+        ));
+        out.push_str(&table(&STATUS_COLUMNS, &topic_rows(&o.topic)));
     }
     out
 }
@@ -644,6 +706,40 @@ mod tests {
     use super::*;
     use crate::testing::{condition, mirror, partition, topic, with_status};
     use kmirror_crds::v1alpha1::DivergenceStatus;
+
+    #[test]
+    fn orphans_are_topics_whose_mirror_is_missing_in_their_namespace() {
+        let mirrors = vec![mirror("dr", "ns"), mirror("lost", "other")];
+        let topics = vec![
+            topic("dr-orders", "dr", "orders"),
+            topic("lost-b", "lost", "b"),
+            topic("lost-a", "lost", "a"),
+        ];
+        let orphans = orphan_topics(&mirrors, &topics);
+        // `lost` exists, but in another namespace than the topics (all in `ns`).
+        let names: Vec<_> = orphans.iter().map(|o| o.topic.name.as_str()).collect();
+        assert_eq!(names, ["lost-a", "lost-b"]);
+        assert!(
+            orphans
+                .iter()
+                .all(|o| o.mirror == "lost" && o.namespace == "ns")
+        );
+
+        let mut doc = status_document(&mirrors[..1], &topics);
+        assert_eq!(doc.mirrors[0].topics.len(), 1);
+        doc.orphan_topics = orphans;
+        let text = status_table(&doc);
+        assert!(
+            text.contains("MIRRORTOPIC ns/lost-a   ClusterMirror lost not found"),
+            "{text}"
+        );
+        let json: serde_json::Value = serde_json::from_str(&document(&doc, Output::Json)).unwrap();
+        assert_eq!(json["orphanTopics"][1]["sourceTopic"], "b");
+        // Without orphans the key is still there, as every key of the document.
+        let doc = status_document(&mirrors, &topics[..1]);
+        let json: serde_json::Value = serde_json::from_str(&document(&doc, Output::Json)).unwrap();
+        assert_eq!(json["orphanTopics"], serde_json::json!([]), "{json}");
+    }
 
     fn fixture() -> StatusDocument {
         let mut m = mirror("dr", "ns");

@@ -10,6 +10,9 @@ use super::emit;
 /// Shows one mirror, the namespace's mirrors, or (`-A`) every mirror.
 pub async fn run(kube: &Kube, args: &StatusArgs) -> Result<()> {
     let ns = kube.namespace.as_str();
+    // Topics whose mirror is missing are shown when no mirror is named (then `mirrors` holds
+    // every mirror of the namespaces the topics come from).
+    let with_orphans = args.mirror.is_none();
     let (mirrors, topics) = match (&args.mirror, args.all_namespaces) {
         (Some(name), false) => {
             let m = kube.mirror(ns, name).await?;
@@ -27,9 +30,12 @@ pub async fn run(kube: &Kube, args: &StatusArgs) -> Result<()> {
             (mirrors, kube.topics(None).await?)
         }
     };
-    let doc = render::status_document(&mirrors, &topics);
+    let mut doc = render::status_document(&mirrors, &topics);
+    if with_orphans {
+        doc.orphan_topics = render::orphan_topics(&mirrors, &topics);
+    }
     match args.output {
-        Output::Table if doc.mirrors.is_empty() => {
+        Output::Table if doc.mirrors.is_empty() && doc.orphan_topics.is_empty() => {
             if args.all_namespaces {
                 eprintln!("No ClusterMirrors found.");
             } else {
