@@ -7,6 +7,7 @@
 pub mod config;
 pub mod connection;
 pub mod cursor;
+pub mod flags;
 pub mod http;
 pub mod kafka_admin;
 pub mod logging;

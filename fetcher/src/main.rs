@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Parser;
+use kmirror_fetcher::flags::ClusterFlags;
 use kmirror_fetcher::{ClusterSettings, FetcherConfig, Handles, Isolation, TruncationPolicy};
 
 /// Mirror partitions of a source Kafka topic to a destination topic at identical offsets.
@@ -33,24 +34,8 @@ struct Args {
         required = true
     )]
     partitions: Vec<i32>,
-    /// Source bootstrap servers.
-    #[arg(long, env = "KMIRROR_SOURCE_BOOTSTRAP")]
-    source_bootstrap: String,
-    /// Source librdkafka property, `key=value` (repeatable).
-    #[arg(long = "source-property")]
-    source_properties: Vec<String>,
-    /// Source property read from a file, `key=/path` (repeatable; for secrets).
-    #[arg(long = "source-property-file")]
-    source_property_files: Vec<String>,
-    /// Destination bootstrap servers.
-    #[arg(long, env = "KMIRROR_DESTINATION_BOOTSTRAP")]
-    destination_bootstrap: String,
-    /// Destination librdkafka property, `key=value` (repeatable).
-    #[arg(long = "destination-property")]
-    destination_properties: Vec<String>,
-    /// Destination property read from a file, `key=/path` (repeatable; for secrets).
-    #[arg(long = "destination-property-file")]
-    destination_property_files: Vec<String>,
+    #[command(flatten)]
+    clusters: ClusterFlags,
     /// Extra librdkafka properties for the source consumer only.
     #[arg(long = "consumer-property")]
     consumer_properties: Vec<String>,
@@ -107,28 +92,12 @@ struct Args {
     log_format: String,
 }
 
-fn settings(
-    bootstrap: &str,
-    props: &[String],
-    files: &[String],
-) -> anyhow::Result<ClusterSettings> {
-    ClusterSettings::from_flags(bootstrap, props, files).map_err(anyhow::Error::msg)
-}
-
 fn config(args: &Args) -> anyhow::Result<FetcherConfig> {
-    let mut source = settings(
-        &args.source_bootstrap,
-        &args.source_properties,
-        &args.source_property_files,
-    )?;
+    let mut source = args.clusters.source().map_err(anyhow::Error::msg)?;
     source.properties.extend(
         ClusterSettings::parse_pairs(&args.consumer_properties).map_err(anyhow::Error::msg)?,
     );
-    let mut destination = settings(
-        &args.destination_bootstrap,
-        &args.destination_properties,
-        &args.destination_property_files,
-    )?;
+    let mut destination = args.clusters.destination().map_err(anyhow::Error::msg)?;
     destination.properties.extend(
         ClusterSettings::parse_pairs(&args.producer_properties).map_err(anyhow::Error::msg)?,
     );

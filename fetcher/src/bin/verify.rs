@@ -4,9 +4,10 @@
 use std::time::Duration;
 
 use clap::Parser;
+use kmirror_fetcher::Isolation;
+use kmirror_fetcher::flags::ClusterFlags;
 use kmirror_fetcher::state_store;
 use kmirror_fetcher::verify::{Side, verify_partition};
-use kmirror_fetcher::{ClusterSettings, Isolation};
 
 /// Verify a mirrored topic.
 #[derive(Parser, Debug)]
@@ -24,24 +25,8 @@ struct Args {
     /// Partitions (default: all recorded).
     #[arg(long, value_delimiter = ',')]
     partitions: Vec<i32>,
-    /// Source bootstrap servers.
-    #[arg(long)]
-    source_bootstrap: String,
-    /// Source property `key=value`.
-    #[arg(long = "source-property")]
-    source_properties: Vec<String>,
-    /// Source property read from a file, `key=/path`.
-    #[arg(long = "source-property-file")]
-    source_property_files: Vec<String>,
-    /// Destination bootstrap servers.
-    #[arg(long)]
-    destination_bootstrap: String,
-    /// Destination property `key=value`.
-    #[arg(long = "destination-property")]
-    destination_properties: Vec<String>,
-    /// Destination property read from a file, `key=/path`.
-    #[arg(long = "destination-property-file")]
-    destination_property_files: Vec<String>,
+    #[command(flatten)]
+    clusters: ClusterFlags,
     /// State topic.
     #[arg(long, default_value = "__kmirror_state")]
     state_topic: String,
@@ -54,16 +39,8 @@ struct Args {
 }
 
 fn run(args: Args) -> Result<bool, String> {
-    let source = ClusterSettings::from_flags(
-        &args.source_bootstrap,
-        &args.source_properties,
-        &args.source_property_files,
-    )?;
-    let destination = ClusterSettings::from_flags(
-        &args.destination_bootstrap,
-        &args.destination_properties,
-        &args.destination_property_files,
-    )?;
+    let source = args.clusters.source()?;
+    let destination = args.clusters.destination()?;
     let source = source.client_config().map_err(|e| e.to_string())?;
     let destination = destination.client_config().map_err(|e| e.to_string())?;
     let timeout = Duration::from_secs(args.timeout_seconds);

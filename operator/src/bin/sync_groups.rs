@@ -8,6 +8,7 @@ use std::time::Duration;
 use clap::Parser;
 use kmirror_crds::filter::Selector;
 use kmirror_crds::v1alpha1::NameFilter;
+use kmirror_fetcher::flags::ClusterFlags;
 use kmirror_fetcher::{ClusterSettings, state_store};
 use kmirror_operator::clusters::Cluster;
 use kmirror_operator::sync::groups::{TopicPlan, sync_blocking};
@@ -25,24 +26,8 @@ struct Args {
     /// Destination topic (default: the source topic's name).
     #[arg(long)]
     destination_topic: Option<String>,
-    /// Source bootstrap servers.
-    #[arg(long)]
-    source_bootstrap: String,
-    /// Source property `key=value`.
-    #[arg(long = "source-property")]
-    source_properties: Vec<String>,
-    /// Source property read from a file, `key=/path`.
-    #[arg(long = "source-property-file")]
-    source_property_files: Vec<String>,
-    /// Destination bootstrap servers.
-    #[arg(long)]
-    destination_bootstrap: String,
-    /// Destination property `key=value`.
-    #[arg(long = "destination-property")]
-    destination_properties: Vec<String>,
-    /// Destination property read from a file, `key=/path`.
-    #[arg(long = "destination-property-file")]
-    destination_property_files: Vec<String>,
+    #[command(flatten)]
+    clusters: ClusterFlags,
     /// State topic on the destination.
     #[arg(long, default_value = "__kmirror_state")]
     state_topic: String,
@@ -53,12 +38,9 @@ struct Args {
 
 fn cluster(
     side: &'static str,
-    bootstrap: &str,
-    props: &[String],
-    files: &[String],
+    settings: Result<ClusterSettings, String>,
 ) -> Result<Cluster, String> {
-    let s = ClusterSettings::from_flags(bootstrap, props, files)?;
-    let config = s.client_config().map_err(|e| e.to_string())?;
+    let config = settings?.client_config().map_err(|e| e.to_string())?;
     let admin = config.create().map_err(|e| format!("{side}: {e}"))?;
     Ok(Cluster {
         config,
@@ -69,18 +51,8 @@ fn cluster(
 }
 
 fn run(args: Args) -> Result<String, String> {
-    let source = cluster(
-        "source",
-        &args.source_bootstrap,
-        &args.source_properties,
-        &args.source_property_files,
-    )?;
-    let destination = cluster(
-        "destination",
-        &args.destination_bootstrap,
-        &args.destination_properties,
-        &args.destination_property_files,
-    )?;
+    let source = cluster("source", args.clusters.source())?;
+    let destination = cluster("destination", args.clusters.destination())?;
     let units = state_store::load(
         &destination.config,
         &args.state_topic,
