@@ -53,6 +53,50 @@ async fn wait_caught_up(bed: &Testbed, topic: &str, partitions: i32) {
     }
 }
 
+/// What `mirrored_topic` sets up.
+struct Mirrored {
+    topic: String,
+    _operator: OperatorProcess,
+}
+
+/// A 2-partition source topic holding `records` records (seed `seed`), an operator, ClusterMirror
+/// `dr` with `spec` and MirrorTopic `name` for the topic: all partitions MIRRORING (within
+/// `timeout`) and the destination caught up.
+async fn mirrored_topic(
+    bed: &Testbed,
+    s: &Scenario,
+    name: &str,
+    records: usize,
+    seed: u64,
+    spec: serde_json::Value,
+    timeout: Duration,
+) -> Mirrored {
+    let topic = unique_name(name);
+    create_topic(&bed.source_config(), &topic, 2, &[])
+        .await
+        .unwrap();
+    produce_all(
+        &bed.source_config(),
+        &topic,
+        &mixed_records(records, 2, 0, seed),
+        &[],
+    )
+    .unwrap();
+    let operator = OperatorProcess::spawn(bed, &s.ns, &[]);
+    s.apply_mirror("dr", spec).await;
+    s.apply_topic(name, json!({"mirror": "dr", "sourceTopic": topic}))
+        .await;
+    s.wait_topic(name, "MIRRORING", timeout, |t| {
+        all_partitions(t, PartitionState::Mirroring, 2)
+    })
+    .await;
+    wait_caught_up(bed, &topic, 2).await;
+    Mirrored {
+        topic,
+        _operator: operator,
+    }
+}
+
 #[tokio::test]
 async fn six_partitions_mirror_at_identical_offsets_with_pods_and_status() {
     let bed = Testbed::get();
@@ -155,18 +199,6 @@ async fn oauthbearer_destination_mirrors_with_tokens_from_the_identity_provider(
     let client_secret = bed.var("KMIRROR_OIDC_MIRROR_CLIENT_SECRET");
     s.secret("destination-oauth", "clientSecret", client_secret)
         .await;
-    let topic = unique_name("oauth");
-    create_topic(&bed.source_config(), &topic, 2, &[])
-        .await
-        .unwrap();
-    produce_all(
-        &bed.source_config(),
-        &topic,
-        &mixed_records(800, 2, 0, 21),
-        &[],
-    )
-    .unwrap();
-    let _op = OperatorProcess::spawn(bed, &s.ns, &[]);
     let mut spec = Scenario::mirror_spec(bed);
     spec["destination"] = json!({
         "bootstrapServers": bed.var("KMIRROR_DEST_OAUTH_BOOTSTRAP"),
@@ -176,18 +208,9 @@ async fn oauthbearer_destination_mirrors_with_tokens_from_the_identity_provider(
             "clientSecret": {"name": "destination-oauth", "key": "clientSecret"}
         }}
     });
-    s.apply_mirror("dr", spec).await;
-    s.apply_topic("orders", json!({"mirror": "dr", "sourceTopic": topic}))
-        .await;
-    s.wait_topic(
-        "orders",
-        "both partitions MIRRORING over OAUTHBEARER",
-        Duration::from_secs(90),
-        |t| all_partitions(t, PartitionState::Mirroring, 2),
-    )
-    .await;
-    wait_caught_up(bed, &topic, 2).await;
-    assert_eq!(verify_all(bed, &s.ns, "dr", &topic, 2), 800);
+    // Every Kafka client of the operator and the fetchers authenticates with tokens.
+    let m = mirrored_topic(bed, &s, "orders", 800, 21, spec, Duration::from_secs(90)).await;
+    assert_eq!(verify_all(bed, &s.ns, "dr", &m.topic, 2), 800);
     // The client secret reaches the fetchers as a mounted file, never as an argument or env.
     for pod in s.pods().await {
         let spec = serde_json::to_string(&pod.spec).unwrap();
@@ -262,26 +285,17 @@ async fn pause_stops_pods_and_resume_loses_nothing() {
     let bed = Testbed::get();
     ensure_state_topic(bed);
     let s = Scenario::new(bed, "op-pause").await;
-    let topic = unique_name("pause");
-    create_topic(&bed.source_config(), &topic, 2, &[])
-        .await
-        .unwrap();
-    produce_all(
-        &bed.source_config(),
-        &topic,
-        &mixed_records(2000, 2, 0, 21),
-        &[],
+    let m = mirrored_topic(
+        bed,
+        &s,
+        "t",
+        2000,
+        21,
+        Scenario::mirror_spec(bed),
+        Duration::from_secs(60),
     )
-    .unwrap();
-    let _op = OperatorProcess::spawn(bed, &s.ns, &[]);
-    s.apply_mirror("dr", Scenario::mirror_spec(bed)).await;
-    s.apply_topic("t", json!({"mirror": "dr", "sourceTopic": topic}))
-        .await;
-    s.wait_topic("t", "MIRRORING", Duration::from_secs(60), |t| {
-        all_partitions(t, PartitionState::Mirroring, 2)
-    })
     .await;
-    wait_caught_up(bed, &topic, 2).await;
+    let topic = m.topic.clone();
 
     s.patch_topic("t", json!({"state": "Paused"})).await;
     s.wait_topic("t", "PAUSED", Duration::from_secs(60), |t| {
@@ -512,26 +526,17 @@ async fn secret_rotation_replaces_fetchers_and_deletion_cleans_up() {
     let bed = Testbed::get();
     ensure_state_topic(bed);
     let s = Scenario::new(bed, "op-delete").await;
-    let topic = unique_name("del");
-    create_topic(&bed.source_config(), &topic, 2, &[])
-        .await
-        .unwrap();
-    produce_all(
-        &bed.source_config(),
-        &topic,
-        &mixed_records(1000, 2, 0, 91),
-        &[],
+    let m = mirrored_topic(
+        bed,
+        &s,
+        "t",
+        1000,
+        91,
+        Scenario::mirror_spec(bed),
+        Duration::from_secs(60),
     )
-    .unwrap();
-    let _op = OperatorProcess::spawn(bed, &s.ns, &[]);
-    s.apply_mirror("dr", Scenario::mirror_spec(bed)).await;
-    s.apply_topic("t", json!({"mirror": "dr", "sourceTopic": topic}))
-        .await;
-    s.wait_topic("t", "MIRRORING", Duration::from_secs(60), |t| {
-        all_partitions(t, PartitionState::Mirroring, 2)
-    })
     .await;
-    wait_caught_up(bed, &topic, 2).await;
+    let topic = m.topic.clone();
     let uids = |pods: Vec<k8s_openapi::api::core::v1::Pod>| -> Vec<String> {
         pods.into_iter().filter_map(|p| p.metadata.uid).collect()
     };
