@@ -6,10 +6,11 @@ use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use kmirror_fetcher::offset_map::OffsetMap;
-use kmirror_fetcher::state::PartitionRecords;
+use kmirror_fetcher::Isolation;
 use kmirror_fetcher::verify::{Report, Side, verify_partition};
-use kmirror_fetcher::{Isolation, state_store};
+use kmirror_state::offset_map::OffsetMap;
+use kmirror_state::records::PartitionRecords;
+use kmirror_state::store;
 use rdkafka::ClientConfig;
 
 use crate::Testbed;
@@ -158,7 +159,7 @@ impl Drop for FetcherProcess {
 
 /// The state recorded for a partition of a mirror.
 pub fn recorded(bed: &Testbed, mirror: &str, topic: &str, partition: i32) -> PartitionRecords {
-    let units = state_store::load(
+    let units = store::load(
         &bed.dest_config(crate::kafka::DestUser::Admin),
         kmirror_crds::v1alpha1::DEFAULT_STATE_TOPIC,
         |k| k.mirror == mirror && k.topic == topic && k.partition == partition,
@@ -208,7 +209,7 @@ pub fn verify(
 
 /// Ensures the state topic exists on the destination.
 pub fn ensure_state_topic(bed: &Testbed) {
-    state_store::ensure_state_topic(
+    store::ensure_state_topic(
         &bed.dest_config(crate::kafka::DestUser::Admin),
         kmirror_crds::v1alpha1::DEFAULT_STATE_TOPIC,
     )

@@ -382,17 +382,17 @@ pub fn read_all(
     topic: &str,
     partition: i32,
     isolation: &str,
-) -> anyhow::Result<Vec<kmirror_fetcher::records::RecordData>> {
+) -> anyhow::Result<Vec<kmirror_state::kafka_record::RecordData>> {
     use rdkafka::Message;
     use rdkafka::consumer::{BaseConsumer, Consumer};
     let (low, high) = watermarks(config, topic, partition)?;
-    let consumer: BaseConsumer<kmirror_fetcher::quiet::QuietEof> = config
+    let consumer: BaseConsumer<kmirror_state::quiet::QuietEof> = config
         .clone()
         .set("group.id", "kmirror-e2e-reader")
         .set("enable.auto.commit", "false")
         .set("isolation.level", isolation)
         .set("enable.partition.eof", "true")
-        .create_with_context(kmirror_fetcher::quiet::QuietEof)?;
+        .create_with_context(kmirror_state::quiet::QuietEof)?;
     let mut tpl = rdkafka::TopicPartitionList::new();
     tpl.add_partition_offset(topic, partition, rdkafka::Offset::Offset(low))?;
     consumer.assign(&tpl)?;
@@ -410,7 +410,7 @@ pub fn read_all(
             Some(Err(e)) => return Err(e.into()),
             Some(Ok(m)) => {
                 let done = m.offset() + 1 >= high;
-                out.push(kmirror_fetcher::records::RecordData::from_message(&m));
+                out.push(kmirror_state::kafka_record::RecordData::from_message(&m));
                 if done {
                     return Ok(out);
                 }

@@ -15,12 +15,13 @@ use kmirror_e2e::kafka::{
     watermarks,
 };
 use kmirror_e2e::operator::{OperatorProcess, Scenario, all_partitions};
-use kmirror_fetcher::kafka_admin::{
+use kmirror_fetcher::Isolation;
+use kmirror_fetcher::verify::{Side, verify_partition};
+use kmirror_state::kafka_admin::{
     AclBinding, Operation, PatternType, Permission, ResourceType, create_acls,
 };
-use kmirror_fetcher::offset_map::OffsetMap;
-use kmirror_fetcher::verify::{Side, verify_partition};
-use kmirror_fetcher::{Isolation, state_store};
+use kmirror_state::offset_map::OffsetMap;
+use kmirror_state::store;
 use rdkafka::ClientConfig;
 use rdkafka::admin::AdminClient;
 use rdkafka::client::DefaultClientContext;
@@ -222,7 +223,7 @@ async fn graceful_failover_resumes_consumers_at_the_same_offsets_and_lets_the_ap
                     skipped += m.offset() - expected_next;
                 }
             }
-            let copy = kmirror_fetcher::records::RecordData::from_message(&m);
+            let copy = kmirror_state::kafka_record::RecordData::from_message(&m);
             assert!(
                 source_records[&p]
                     .iter()
@@ -378,7 +379,7 @@ fn records_of(
     config: &ClientConfig,
     topic: &str,
     p: i32,
-) -> Vec<kmirror_fetcher::records::RecordData> {
+) -> Vec<kmirror_state::kafka_record::RecordData> {
     read_all(config, topic, p, "read_committed").unwrap()
 }
 
@@ -539,7 +540,7 @@ async fn failback_with_divergence_quarantines_and_applies_both_policies() {
             .all(|(a, b)| a.same_content(b)),
         "delta copied after them"
     );
-    let map = state_store::load(&source, "__kmirror_state", |k| k.topic == keep, T).unwrap();
+    let map = store::load(&source, "__kmirror_state", |k| k.topic == keep, T).unwrap();
     let map = map.values().next().unwrap().offset_map().unwrap();
     assert_eq!(
         map.src_to_dst(500),

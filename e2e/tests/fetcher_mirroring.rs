@@ -13,7 +13,7 @@ use kmirror_e2e::kafka::{
     read_all, unique_name, watermarks,
 };
 use kmirror_fetcher::Isolation;
-use kmirror_fetcher::state::{FetcherStatus, StopReason};
+use kmirror_state::records::{FetcherStatus, StopReason};
 use rdkafka::ClientConfig;
 
 fn fetcher_args(

@@ -14,7 +14,7 @@ use kmirror_e2e::kafka::{
 };
 use kmirror_e2e::operator::{OperatorProcess, Scenario, all_partitions, condition};
 use kmirror_fetcher::Isolation;
-use kmirror_fetcher::kafka_admin::{
+use kmirror_state::kafka_admin::{
     AclBinding, ConfigOp, Operation, PatternType, Permission, ResourceType, alter_topic_configs,
     create_acls, delete_acls,
 };

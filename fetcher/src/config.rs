@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::connection::ClusterSettings;
+use kmirror_state::connection::ClusterSettings;
 
 /// Which source records are read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

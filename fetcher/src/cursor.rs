@@ -3,7 +3,7 @@
 
 use std::collections::VecDeque;
 
-use crate::offset_map::OffsetMap;
+use kmirror_state::offset_map::OffsetMap;
 
 /// What to do with a record the source delivered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Parser;
-use kmirror_fetcher::flags::ClusterFlags;
-use kmirror_fetcher::{ClusterSettings, FetcherConfig, Handles, Isolation, TruncationPolicy};
+use kmirror_fetcher::{FetcherConfig, Handles, Isolation, TruncationPolicy};
+use kmirror_state::ClusterSettings;
+use kmirror_state::flags::ClusterFlags;
 
 /// Mirror partitions of a source Kafka topic to a destination topic at identical offsets.
 #[derive(Parser, Debug)]
@@ -139,7 +140,7 @@ fn config(args: &Args) -> anyhow::Result<FetcherConfig> {
 
 fn main() {
     let args = Args::parse();
-    kmirror_fetcher::logging::init(args.log_format == "json");
+    kmirror_state::logging::init(args.log_format == "json");
     let config = match config(&args) {
         Ok(c) => c,
         Err(e) => {

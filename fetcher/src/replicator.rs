@@ -28,16 +28,16 @@ use rdkafka::{ClientConfig, ClientContext, Offset, TopicPartitionList};
 
 use crate::config::{FetcherConfig, TruncationPolicy};
 use crate::cursor::{Accept, Cursor};
-use crate::kafka_admin::describe_topics;
 use crate::metrics::{FetcherMetrics, PartitionLabels};
-use crate::offset_map::OffsetMap;
-use crate::records::{PLACEHOLDER_HEADER, read_record_at, timestamp_ms};
-use crate::state::{
+use crate::throttle::Throttle;
+use kmirror_state::kafka_admin::describe_topics;
+use kmirror_state::kafka_record::{PLACEHOLDER_HEADER, read_record_at, timestamp_ms};
+use kmirror_state::offset_map::OffsetMap;
+use kmirror_state::records::{
     FetcherError, FetcherStatus, PartitionRecords, PositionRecord, PrefixAlignment, RecordKind,
     StateKey, StopReason, map_to_chunks, now_ms,
 };
-use crate::state_store::{self, StateWriter};
-use crate::throttle::Throttle;
+use kmirror_state::store::{self, StateWriter};
 
 const ADMIN_TIMEOUT: Duration = Duration::from_secs(15);
 const MAX_BATCH_RECORDS: usize = 5000;
@@ -223,7 +223,7 @@ pub fn run(config: &FetcherConfig, handles: &Handles) -> Outcome {
 /// operator (and a human) can read why the fetcher refused to start.
 fn record_start_failure(config: &FetcherConfig, stop: &Stop) -> Result<(), Stop> {
     let destination = config.destination.client_config()?;
-    let records = state_store::load(
+    let records = store::load(
         &destination,
         &config.state_topic,
         |k| {
@@ -337,7 +337,7 @@ impl<'a> Fetcher<'a> {
                 .map(|r| Throttle::new(r, Instant::now())),
         };
         fetcher.source_topic_id = fetcher.describe_source()?;
-        let records = state_store::load(
+        let records = store::load(
             &fetcher.destination_config,
             &config.state_topic,
             |k| {

@@ -9,9 +9,9 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use serde::Serialize;
 
 use crate::config::Isolation;
-use crate::offset_map::OffsetMap;
-use crate::quiet::QuietEof;
-use crate::records::RecordData;
+use kmirror_state::kafka_record::RecordData;
+use kmirror_state::offset_map::OffsetMap;
+use kmirror_state::quiet::QuietEof;
 
 /// Mismatches listed in a report at most (counts are always complete).
 pub const MAX_LISTED: usize = 20;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
 use kmirror_crds::v1alpha1::KafkaConnection;
-use kmirror_fetcher::ClusterSettings;
+use kmirror_state::ClusterSettings;
 use kube::Api;
 use rdkafka::ClientConfig;
 use rdkafka::admin::AdminClient;

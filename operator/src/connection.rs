@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use k8s_openapi::api::core::v1::{KeyToPath, SecretVolumeSource, Volume, VolumeMount};
 use kmirror_crds::v1alpha1::{KafkaConnection, SaslMechanism, SecretKeyRef};
-use kmirror_fetcher::ClusterSettings;
+use kmirror_state::ClusterSettings;
 
 /// A referenced Secret or key that does not exist.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -14,9 +14,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kmirror_crds::v1alpha1::{ClusterMirror, DivergencePolicy, MirrorTopic, PartitionState};
-use kmirror_fetcher::offset_map::{OffsetMap, Segment};
-use kmirror_fetcher::records::RecordData;
-use kmirror_fetcher::state::{
+use kmirror_state::kafka_record::RecordData;
+use kmirror_state::offset_map::{OffsetMap, Segment};
+use kmirror_state::records::{
     Divergence, FetcherStatus, PartitionRecords, PositionRecord, RecordKind, StateKey,
     map_to_chunks, now_ms,
 };
@@ -81,13 +81,13 @@ fn read_range(
     if from >= to {
         return Ok(Vec::new());
     }
-    let consumer: BaseConsumer<kmirror_fetcher::quiet::QuietEof> = config
+    let consumer: BaseConsumer<kmirror_state::quiet::QuietEof> = config
         .clone()
         .set("group.id", "kmirror-failback")
         .set("enable.auto.commit", "false")
         .set("isolation.level", "read_committed")
         .set("enable.partition.eof", "true")
-        .create_with_context(kmirror_fetcher::quiet::QuietEof)
+        .create_with_context(kmirror_state::quiet::QuietEof)
         .map_err(|e| e.to_string())?;
     let mut tpl = TopicPartitionList::new();
     tpl.add_partition_offset(topic, partition, Offset::Offset(from))

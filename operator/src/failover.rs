@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use kmirror_crds::v1alpha1::{ClusterMirror, MirrorTopic, PartitionState};
-use kmirror_fetcher::state::{PartitionRecords, PartitionStateRecord, now_ms};
+use kmirror_state::records::{PartitionRecords, PartitionStateRecord, now_ms};
 use kube::ResourceExt;
 
 use crate::clusters::Cluster;
@@ -149,8 +149,8 @@ pub async fn finish(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kmirror_fetcher::offset_map::OffsetMap;
-    use kmirror_fetcher::state::{PositionRecord, PrefixAlignment, map_to_chunks};
+    use kmirror_state::offset_map::OffsetMap;
+    use kmirror_state::records::{PositionRecord, PrefixAlignment, map_to_chunks};
 
     #[test]
     fn lmo_follows_the_destination_log_through_the_map() {

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kmirror_fetcher::kafka_admin::{TopicDescription, describe_topics};
+use kmirror_state::kafka_admin::{TopicDescription, describe_topics};
 use rdkafka::admin::{
     AdminOptions, ConfigSource, NewPartitions, NewTopic, ResourceSpecifier, TopicReplication,
 };

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use kmirror_crds::v1alpha1::{DesiredState, FailoverMode, PartitionState};
-use kmirror_fetcher::state::{FetcherStatus, PartitionStateRecord, PositionRecord, StopReason};
+use kmirror_state::records::{FetcherStatus, PartitionStateRecord, PositionRecord, StopReason};
 
 /// What the operator sees of the pod that runs a partition's fetcher.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -302,7 +302,7 @@ pub fn decide(o: &Observed<'_>) -> Decision {
 mod tests {
     use super::*;
     use PartitionState::*;
-    use kmirror_fetcher::state::FetcherError;
+    use kmirror_state::records::FetcherError;
 
     fn record(state: PartitionState, attempt: i32, at: i64) -> PartitionStateRecord {
         PartitionStateRecord {

@@ -64,7 +64,7 @@ async fn shutdown_signal() {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    kmirror_fetcher::logging::init(args.log_format == "json");
+    kmirror_state::logging::init(args.log_format == "json");
     let client = kube::Client::try_default().await?;
     let probe: Api<ClusterMirror> = match &args.namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),

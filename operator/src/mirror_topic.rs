@@ -11,7 +11,7 @@ use kmirror_crds::duration::parse_duration;
 use kmirror_crds::v1alpha1::{
     ClusterMirror, MirrorTopic, MirrorTopicStatus, PartitionState, PartitionStatus,
 };
-use kmirror_fetcher::state::{
+use kmirror_state::records::{
     PartitionRecords, PartitionStateRecord, RecordKind, StateKey, now_ms,
 };
 use kube::ResourceExt;
@@ -659,7 +659,7 @@ async fn prepare_failback(
     // Divergence is decided per topic: while any partition has unresolved divergent records, every
     // preparing partition waits, so that a Recreate never deletes a topic under a running fetcher.
     let records = cache.topic(&mirror, &topic);
-    let divergences: Vec<(i32, kmirror_fetcher::state::Divergence)> = records
+    let divergences: Vec<(i32, kmirror_state::records::Divergence)> = records
         .iter()
         .filter_map(|(p, r)| {
             r.state
@@ -668,7 +668,7 @@ async fn prepare_failback(
                 .map(|d| (*p, d))
         })
         .collect();
-    let unresolved: Vec<&(i32, kmirror_fetcher::state::Divergence)> = divergences
+    let unresolved: Vec<&(i32, kmirror_state::records::Divergence)> = divergences
         .iter()
         .filter(|(_, d)| d.resolution.is_none())
         .collect();

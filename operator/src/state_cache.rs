@@ -7,9 +7,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use kmirror_fetcher::quiet::QuietEof;
-use kmirror_fetcher::state::{PartitionRecords, PartitionStateRecord, RecordKind, StateKey};
-use kmirror_fetcher::state_store::{StateWriter, UnitId, ensure_state_topic};
+use kmirror_state::quiet::QuietEof;
+use kmirror_state::records::{PartitionRecords, PartitionStateRecord, RecordKind, StateKey};
+use kmirror_state::store::{StateWriter, UnitId, ensure_state_topic};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use tokio::sync::Notify;
@@ -138,7 +138,7 @@ impl StateCache {
     }
 
     /// The ACL bindings kmirror created for `mirror`.
-    pub fn acls(&self, mirror: &str) -> Vec<kmirror_fetcher::kafka_admin::AclBinding> {
+    pub fn acls(&self, mirror: &str) -> Vec<kmirror_state::kafka_admin::AclBinding> {
         let units = self.units.read().unwrap_or_else(|p| p.into_inner());
         units
             .get(&(mirror.to_string(), String::new(), -1))
@@ -150,7 +150,7 @@ impl StateCache {
     pub async fn write_acls(
         self: &Arc<Self>,
         mirror: &str,
-        acls: &[kmirror_fetcher::kafka_admin::AclBinding],
+        acls: &[kmirror_state::kafka_admin::AclBinding],
     ) -> Result<()> {
         let value = serde_json::to_vec(acls).expect("bindings serialize");
         self.write(vec![(StateKey::acls(mirror), Some(value))])

@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use clap::Parser;
 use kmirror_fetcher::Isolation;
-use kmirror_fetcher::flags::ClusterFlags;
-use kmirror_fetcher::state_store;
 use kmirror_fetcher::verify::{Side, verify_partition};
+use kmirror_state::flags::ClusterFlags;
+use kmirror_state::store;
 
 /// Verify a mirrored topic.
 #[derive(Parser, Debug)]
@@ -44,7 +44,7 @@ fn run(args: Args) -> Result<bool, String> {
     let source = source.client_config().map_err(|e| e.to_string())?;
     let destination = destination.client_config().map_err(|e| e.to_string())?;
     let timeout = Duration::from_secs(args.timeout_seconds);
-    let units = state_store::load(
+    let units = store::load(
         &destination,
         &args.state_topic,
         |k| k.mirror == args.mirror && k.topic == args.source_topic,
@@ -96,7 +96,7 @@ fn run(args: Args) -> Result<bool, String> {
 }
 
 fn main() {
-    kmirror_fetcher::logging::init(false);
+    kmirror_state::logging::init(false);
     match run(Args::parse()) {
         Ok(true) => {}
         Ok(false) => std::process::exit(1),

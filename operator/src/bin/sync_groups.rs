@@ -8,10 +8,10 @@ use std::time::Duration;
 use clap::Parser;
 use kmirror_crds::filter::Selector;
 use kmirror_crds::v1alpha1::NameFilter;
-use kmirror_fetcher::flags::ClusterFlags;
-use kmirror_fetcher::{ClusterSettings, state_store};
 use kmirror_operator::clusters::Cluster;
 use kmirror_operator::sync::groups::{TopicPlan, sync_blocking};
+use kmirror_state::flags::ClusterFlags;
+use kmirror_state::{ClusterSettings, store};
 
 /// Sync consumer-group offsets of a mirrored topic once.
 #[derive(Parser, Debug)]
@@ -53,7 +53,7 @@ fn cluster(
 fn run(args: Args) -> Result<String, String> {
     let source = cluster("source", args.clusters.source())?;
     let destination = cluster("destination", args.clusters.destination())?;
-    let units = state_store::load(
+    let units = store::load(
         &destination.config,
         &args.state_topic,
         |k| k.mirror == args.mirror && k.topic == args.source_topic,
@@ -91,7 +91,7 @@ fn run(args: Args) -> Result<String, String> {
 }
 
 fn main() {
-    kmirror_fetcher::logging::init(false);
+    kmirror_state::logging::init(false);
     match run(Args::parse()) {
         Ok(summary) => println!("{summary}"),
         Err(e) => {

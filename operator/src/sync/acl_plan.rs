@@ -11,7 +11,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use kmirror_crds::filter::Selector;
-use kmirror_fetcher::kafka_admin::{AclBinding, Operation, PatternType, Permission, ResourceType};
+use kmirror_state::kafka_admin::{AclBinding, Operation, PatternType, Permission, ResourceType};
 
 /// A mirrored topic as the ACL plan sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]

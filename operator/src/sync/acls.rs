@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use kmirror_crds::filter::Selector;
 use kmirror_crds::v1alpha1::{ClusterMirror, MirrorTopic};
-use kmirror_fetcher::kafka_admin::{
+use kmirror_state::kafka_admin::{
     AclBinding, AdminError, Operation, PatternType, Permission, ResourceType, create_acls,
     delete_acls, describe_acls,
 };

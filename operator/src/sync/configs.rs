@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use kmirror_crds::v1alpha1::ClusterMirror;
-use kmirror_fetcher::kafka_admin::{ConfigOp, alter_topic_configs};
+use kmirror_state::kafka_admin::{ConfigOp, alter_topic_configs};
 
 use super::Mirrored;
 use crate::clusters::Cluster;

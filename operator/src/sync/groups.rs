@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use kmirror_crds::filter::Selector;
 use kmirror_crds::v1alpha1::{ClusterMirror, MirrorTopic};
-use kmirror_fetcher::offset_map::OffsetMap;
+use kmirror_state::offset_map::OffsetMap;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 

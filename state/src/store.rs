@@ -14,7 +14,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use serde::Serialize;
 use thiserror::Error;
 
-use crate::state::{PartitionRecords, StateKey};
+use crate::records::{PartitionRecords, StateKey};
 
 /// State topic I/O failed.
 #[derive(Debug, Error)]

@@ -1,0 +1,22 @@
+//! The contract between kmirror processes: what the fetcher and the operator both read and write.
+//!
+//! - [`records`]: the records of the state topic (`__kmirror_state`) and their versioned JSON —
+//!   partition states (operator), positions and offset-map chunks (fetcher), stop reasons;
+//! - [`store`]: reading the state topic to its end and writing records durably;
+//! - [`offset_map`]: the exact source ↔ destination offset map;
+//! - [`kafka_admin`]: the admin calls rdkafka's Rust API lacks (topic IDs, ACLs, configs);
+//! - [`kafka_record`]: owned record copies, their comparison, reading one record;
+//! - [`connection`] and [`flags`]: how a process is told to reach the two clusters;
+//! - [`logging`] and [`quiet`]: the shared `tracing` set-up and a quiet end-of-partition context.
+
+pub mod connection;
+pub mod flags;
+pub mod kafka_admin;
+pub mod kafka_record;
+pub mod logging;
+pub mod offset_map;
+pub mod quiet;
+pub mod records;
+pub mod store;
+
+pub use connection::ClusterSettings;
