@@ -28,6 +28,8 @@ pub struct Kube {
     pub namespace: String,
     /// The impersonated user (`--as`), for messages.
     pub impersonating: Option<String>,
+    /// How long connecting or a response may take (`--request-timeout`), for messages.
+    pub timeout: Option<Duration>,
 }
 
 /// Loads the client configuration: `--kubeconfig` (or `$KUBECONFIG`, or `~/.kube/config`) with
@@ -135,6 +137,7 @@ impl Kube {
     /// Connects as configured by the global flags.
     pub async fn connect(global: &GlobalArgs) -> Result<Kube> {
         let config = load_config(global).await?;
+        let timeout = config.connect_timeout;
         let url = config.cluster_url.to_string();
         let url = url.trim_end_matches('/').to_string();
         let namespace = global
@@ -147,6 +150,7 @@ impl Kube {
             url,
             namespace,
             impersonating: global.as_user.clone(),
+            timeout,
         })
     }
 
@@ -180,9 +184,17 @@ impl Kube {
                 }
             }
             kube::Error::HyperError(_) | kube::Error::Service(_) => {
+                let reason = chain(&e);
+                let reason = match self.timeout {
+                    Some(t) if reason.contains("deadline has elapsed") => format!(
+                        "no answer within {} (--request-timeout)",
+                        crate::util::format_duration(t)
+                    ),
+                    _ => reason,
+                };
                 Failure::Other(Error::Unreachable {
                     url: self.url.clone(),
-                    reason: chain(&e),
+                    reason,
                 })
             }
             kube::Error::Auth(_) => Failure::Other(Error::Kubeconfig(chain(&e))),
