@@ -132,6 +132,14 @@ fn the_shipped_rules_pass_promtool_check_and_unit_tests() {
         render(&[]).is_none(),
         "the PrometheusRule is opt-in (prometheusRule.enabled)"
     );
+    let chart = repo_root().join("charts/kmirror");
+    let lint = Command::new(helm())
+        .args(["lint", "--strict", chart.to_str().unwrap()])
+        .args(["--set", "prometheusRule.enabled=true"])
+        .args(["--set", "prometheusRule.alertLabels.team=data"])
+        .output()
+        .expect("run helm lint");
+    assert!(lint.status.success(), "helm lint:\n{}", text(&lint));
     let rule = enabled(&[]);
     assert_eq!(rule["apiVersion"], "monitoring.coreos.com/v1");
     assert_eq!(rule["metadata"]["name"], "kmirror-alerts");
