@@ -199,37 +199,41 @@ fn has_path(value: &Value, path: &[&str]) -> bool {
 }
 
 /// Whether the manifest a tool applies sets the field at `path` (e.g. `["spec", "state"]`):
-/// `Some(true)` when kubectl's last-applied record holds it or another manager owns it through
-/// server-side apply, `Some(false)` when there is such a record and it does not, `None` when
-/// nothing tells.
+/// `Some(true)` when kubectl's last-applied record holds it or a server-side applier (another
+/// field manager than this plugin) owns it; `Some(false)` when such a record or applier exists
+/// and does not; `None` when nothing tells, or when an imperative change (an update, e.g. by this
+/// plugin) took the field from a server-side applier, which may force it back.
 pub fn declares(meta: &ObjectMeta, path: &[&str]) -> Option<bool> {
-    let mut known = None;
-    if let Some(text) = map_get(&meta.annotations, LAST_APPLIED)
-        && let Ok(applied) = serde_json::from_str::<Value>(text)
-    {
-        if has_path(&applied, path) {
-            return Some(true);
-        }
-        known = Some(false);
-    }
+    let last_applied = map_get(&meta.annotations, LAST_APPLIED)
+        .and_then(|text| serde_json::from_str::<Value>(text).ok())
+        .map(|applied| has_path(&applied, path));
     let fields: Vec<String> = path.iter().map(|p| format!("f:{p}")).collect();
     let fields: Vec<&str> = fields.iter().map(String::as_str).collect();
+    let (mut applier, mut applier_owns, mut other_owns) = (false, false, false);
     for entry in meta.managed_fields.iter().flatten() {
-        if entry.operation.as_deref() != Some("Apply")
-            || entry.manager.as_deref() == Some(crate::client::FIELD_MANAGER)
-        {
-            continue;
-        }
-        let owned = entry
+        let owns = entry
             .fields_v1
             .as_ref()
             .is_some_and(|f| has_path(&f.0, &fields));
-        if owned {
-            return Some(true);
+        let apply = entry.operation.as_deref() == Some("Apply")
+            && entry.manager.as_deref() != Some(crate::client::FIELD_MANAGER);
+        if apply {
+            applier = true;
+            applier_owns |= owns;
+        } else {
+            other_owns |= owns;
         }
-        known = Some(false);
     }
-    known
+    if applier_owns || last_applied == Some(true) {
+        return Some(true);
+    }
+    if last_applied == Some(false) && !applier {
+        return Some(false);
+    }
+    if applier {
+        return (!other_owns).then_some(false);
+    }
+    last_applied
 }
 
 /// The warning for changing the field at `path` (e.g. `["spec", "state"]`) of a managed object
@@ -438,6 +442,25 @@ mod tests {
             ),
         ]);
         assert_eq!(declares(&m, &["spec", "state"]), Some(true));
+        assert_eq!(
+            declares(&m, &["spec", "failover"]),
+            None,
+            "taken by an update"
+        );
+        assert_eq!(declares(&m, &["spec", "divergencePolicy"]), Some(false));
+        // Flux applied the object without spec.state; this plugin changed it since: Flux
+        // (server-side apply with force) may or may not set it back, depending on its manifest.
+        let mut m = meta(&[], &[]);
+        m.managed_fields = Some(vec![
+            entry("kustomize-controller", json!({"f:spec": {"f:mirror": {}}})),
+            ManagedFieldsEntry {
+                manager: Some(crate::client::FIELD_MANAGER.into()),
+                operation: Some("Update".into()),
+                fields_v1: Some(FieldsV1(json!({"f:spec": {"f:state": {}}}))),
+                ..Default::default()
+            },
+        ]);
+        assert_eq!(declares(&m, &["spec", "state"]), None);
         assert_eq!(declares(&m, &["spec", "failover"]), Some(false));
     }
 
