@@ -37,5 +37,10 @@ cargo build --workspace --bins --tests
 step "test bed up"
 e2e/testbed.sh up --compat
 
+# promtool (alert rule tests) and the Argo CD health runner, built from their Go modules once
+# and cached under ~/.cache/kmirror; the tests that use them would build them too.
+step "test tools"
+e2e/bed/go-tools.sh all
+
 step "tests"
 cargo test --workspace --no-fail-fast -- --test-threads="${KMIRROR_TEST_THREADS:-4}"

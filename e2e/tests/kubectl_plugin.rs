@@ -694,8 +694,12 @@ async fn failback_creates_the_reverse_mirror_and_topics() {
         );
         assert!(mirrors.get_opt("dr-failback").await.unwrap().is_none());
 
-        // --dry-run prints and creates nothing.
-        let dry = mirror_cmd(&ns, &["failback", "dr", "--topic", "orders", "--dry-run"]).await;
+        // --dry-run=client prints the objects and creates nothing.
+        let dry = mirror_cmd(
+            &ns,
+            &["failback", "dr", "--topic", "orders", "--dry-run=client"],
+        )
+        .await;
         dry.ok();
         let docs: Vec<Value> = serde_yaml::Deserializer::from_str(&dry.stdout)
             .map(|d| serde::Deserialize::deserialize(d).unwrap())
@@ -704,6 +708,25 @@ async fn failback_creates_the_reverse_mirror_and_topics() {
         assert_eq!(docs[0]["kind"], "ClusterMirror");
         assert_eq!(docs[1]["kind"], "MirrorTopic");
         assert!(mirrors.get_opt("dr-failback").await.unwrap().is_none());
+        // --dry-run (server): the API server admits both objects and stores nothing.
+        let dry = mirror_cmd(&ns, &["failback", "dr", "--topic", "orders", "--dry-run"]).await;
+        dry.ok();
+        assert!(
+            dry.stdout
+                .contains("clustermirror.kmirror.io/dr-failback created (server dry run)")
+                && dry
+                    .stdout
+                    .contains("created (server dry run) (orders → orders)"),
+            "{dry:#?}"
+        );
+        assert!(mirrors.get_opt("dr-failback").await.unwrap().is_none());
+        assert!(
+            s.topics()
+                .await
+                .iter()
+                .all(|t| t.spec.mirror != "dr-failback"),
+            "a server dry run creates no MirrorTopic"
+        );
 
         let run = mirror_cmd(
             &ns,
@@ -834,7 +857,7 @@ async fn failback_wait_reports_divergence_then_resolve_and_mirroring() {
         assert_eq!(run.code, 1, "{run:#?}");
         assert!(
             run.stdout.contains(
-                "orders[0]: 20 records at offsets 11..31 were written to the old source after the \
+                "orders[0]: offsets 11–30 (20 records) were written to the old source after the \
                  last mirrored offset; copies are in quarantine topic orders.kmirror-quarantine"
             ),
             "{run:#?}"

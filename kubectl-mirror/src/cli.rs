@@ -55,7 +55,10 @@ source topic, partitions by number."#;
         Failover of a topic is the change of its MirrorTopic's spec.state to Stopped; failback \
         is a ClusterMirror in the other direction. This plugin makes both one command and \
         follows their progress.\n\n\
-        Exit codes: 0 success, 1 failure, 2 wrong usage."
+        Objects managed by Argo CD, Flux or Helm are detected from their labels, annotations \
+        and field managers: changing commands warn that the tool may set the change back, and \
+        --print-patch prints the change to commit to Git instead of applying it.",
+    after_long_help = EXIT_CODES
 )]
 pub struct Cli {
     /// Connection and namespace options.
@@ -66,7 +69,7 @@ pub struct Cli {
     pub command: Command,
 }
 
-/// Options every command takes.
+/// Options every command takes, named as kubectl names them.
 #[derive(Args, Debug, Clone, Default)]
 pub struct GlobalArgs {
     /// Path to the kubeconfig file (default: $KUBECONFIG, then ~/.kube/config).
@@ -75,9 +78,38 @@ pub struct GlobalArgs {
     /// Kubeconfig context to use (default: the current context).
     #[arg(long, global = true, value_name = "NAME")]
     pub context: Option<String>,
+    /// Kubeconfig cluster to use (default: the context's).
+    #[arg(long, global = true, value_name = "NAME")]
+    pub cluster: Option<String>,
+    /// Kubeconfig user to use (default: the context's).
+    #[arg(long, global = true, value_name = "NAME")]
+    pub user: Option<String>,
     /// Namespace of the mirror (default: the context's namespace, or "default").
     #[arg(short = 'n', long, global = true, value_name = "NAMESPACE")]
     pub namespace: Option<String>,
+    /// User to impersonate for the requests (a user, or system:serviceaccount:NS:NAME).
+    #[arg(long = "as", global = true, value_name = "USER")]
+    pub as_user: Option<String>,
+    /// Group to impersonate (repeatable; needs --as).
+    #[arg(
+        long = "as-group",
+        global = true,
+        value_name = "GROUP",
+        requires = "as_user"
+    )]
+    pub as_groups: Vec<String>,
+    /// UID to impersonate (needs --as).
+    #[arg(
+        long = "as-uid",
+        global = true,
+        value_name = "UID",
+        requires = "as_user"
+    )]
+    pub as_uid: Option<String>,
+    /// How long one request to the API server may take before it is abandoned: 30s, 1m, or a
+    /// number of seconds; 0 means no limit.
+    #[arg(long, global = true, value_name = "DURATION", value_parser = parse_request_timeout)]
+    pub request_timeout: Option<Duration>,
 }
 
 /// The commands.
@@ -125,18 +157,76 @@ pub enum Command {
         [<kmirror-verify's per-partition reports, unchanged>]}]}."
     )]
     Verify(VerifyArgs),
+    /// Print a shell completion script (bash or zsh).
+    #[command(long_about = "Print a shell completion script for kubectl-mirror.\n\n\
+        bash: `source <(kubectl mirror completion bash)` (or save it in \
+        /etc/bash_completion.d/kubectl-mirror); zsh: `kubectl mirror completion zsh > \
+        \"${fpath[1]}/_kubectl-mirror\"`. This completes `kubectl-mirror …`. For `kubectl mirror \
+        <TAB>`, kubectl 1.26 or newer asks an executable named kubectl_complete-mirror in PATH: \
+        link it to this program (`ln -s \"$(command -v kubectl-mirror)\" \
+        \"$(dirname \"$(command -v kubectl-mirror)\")/kubectl_complete-mirror\"`).")]
+    Completion(CompletionArgs),
 }
 
-/// Output formats.
+/// Output formats of the reading commands.
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Output {
     /// Human-readable tables.
     #[default]
     Table,
+    /// Tables with more columns.
+    Wide,
     /// One JSON document.
     Json,
     /// One YAML document.
     Yaml,
+}
+
+/// `--dry-run` modes, as kubectl names them.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DryRun {
+    /// Send the change with dryRun=All: the API server validates and authorizes it (admission
+    /// rules, RBAC) and stores nothing.
+    Server,
+    /// Only print what would be changed; the API server is asked nothing but reads.
+    Client,
+}
+
+/// How a changing command applies its change.
+#[derive(Args, Debug, Clone, Default)]
+pub struct ChangeArgs {
+    /// Change nothing: `--dry-run` or `--dry-run=server` has the API server check the change
+    /// (admission rules, permissions) without storing it; `--dry-run=client` only prints it.
+    #[arg(
+        long,
+        value_enum,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "server",
+        value_name = "MODE"
+    )]
+    pub dry_run: Option<DryRun>,
+    /// Change nothing; print the change as YAML to commit to Git (for objects that Argo CD or
+    /// Flux manage) or to use as a kustomize patch.
+    #[arg(long, conflicts_with = "dry_run")]
+    pub print_patch: bool,
+}
+
+/// Shells `completion` writes scripts for.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shell {
+    /// bash.
+    Bash,
+    /// zsh.
+    Zsh,
+}
+
+/// `completion`.
+#[derive(Args, Debug, Clone)]
+pub struct CompletionArgs {
+    /// The shell.
+    #[arg(value_enum)]
+    pub shell: Shell,
 }
 
 /// Divergence policies as flag values.
@@ -194,8 +284,11 @@ pub struct FailoverArgs {
     /// Stop at once instead of draining to zero lag first (the source is gone).
     #[arg(long)]
     pub immediate: bool,
+    /// Dry run or print the patch instead of applying it.
+    #[command(flatten)]
+    pub change: ChangeArgs,
     /// Follow the failover until every selected partition is STOPPED.
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["dry_run", "print_patch"])]
     pub wait: bool,
     /// How long --wait waits (e.g. 30s, 5m, 1h).
     #[arg(long, value_parser = parse_timeout, default_value = "5m")]
@@ -219,11 +312,13 @@ pub struct FailbackArgs {
     /// Create the reverse topics even if the selected topics are not all STOPPED.
     #[arg(long)]
     pub force: bool,
-    /// Print the resources that would be created (YAML) and change nothing.
-    #[arg(long)]
-    pub dry_run: bool,
+    /// Change nothing and print the resources as YAML: `--dry-run` (server) has the API server
+    /// check them first, `--dry-run=client` does not; `--print-patch` prints them as manifests
+    /// to commit to Git.
+    #[command(flatten)]
+    pub change: ChangeArgs,
     /// Follow the reverse topics until every partition is MIRRORING.
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["dry_run", "print_patch"])]
     pub wait: bool,
     /// How long --wait waits (e.g. 30s, 5m, 1h).
     #[arg(long, value_parser = parse_timeout, default_value = "5m")]
@@ -242,6 +337,9 @@ pub struct ResolveArgs {
     /// the quarantine topic). KeepAndTranslate: keep them and mirror after them.
     #[arg(long, value_enum, ignore_case = true)]
     pub policy: PolicyArg,
+    /// Dry run or print the patch instead of applying it.
+    #[command(flatten)]
+    pub change: ChangeArgs,
 }
 
 /// `pause`, `resume`, `retry`.
@@ -252,6 +350,9 @@ pub struct TopicArgs {
     /// Topics to act on.
     #[command(flatten)]
     pub selection: Selection,
+    /// Dry run or print the patch instead of applying it.
+    #[command(flatten)]
+    pub change: ChangeArgs,
 }
 
 /// `verify`.
@@ -274,6 +375,24 @@ pub struct VerifyArgs {
 pub fn parse_timeout(text: &str) -> Result<Duration, String> {
     kmirror_crds::duration::parse_duration(text).map_err(|e| e.to_string())
 }
+
+/// Parses `--request-timeout` as kubectl does: a duration (`30s`, `1m`) or a number of
+/// seconds; `0` means no limit (`Duration::ZERO`).
+pub fn parse_request_timeout(text: &str) -> Result<Duration, String> {
+    if let Ok(seconds) = text.parse::<u64>() {
+        return Ok(Duration::from_secs(seconds));
+    }
+    parse_timeout(text).map_err(|e| {
+        format!("{e} (use a duration such as 30s or 2m, or a number of seconds; 0 for no limit)")
+    })
+}
+
+/// Exit codes, as `--help` shows them (also in the crate's README).
+pub const EXIT_CODES: &str = "Exit codes:
+  0  success (also for --dry-run and --print-patch, and when only warnings were printed)
+  1  the command failed: an object not found, refused by the API server (forbidden, invalid),
+     the API server unreachable, a --wait that timed out or saw divergence, verify mismatches
+  2  wrong usage: unknown flag or command, missing or conflicting arguments";
 
 #[cfg(test)]
 mod tests {
@@ -366,6 +485,107 @@ mod tests {
         };
         assert_eq!(DivergencePolicy::from(r.policy), DivergencePolicy::Recreate);
         assert!(parse(&["resolve", "dr-failback", "--topic", "t"]).is_err());
+    }
+
+    #[test]
+    fn kubectl_connection_flags() {
+        let cli = parse(&[
+            "status",
+            "--as",
+            "alice",
+            "--as-group",
+            "ops",
+            "--as-group",
+            "dev",
+            "--cluster",
+            "c",
+            "--user",
+            "u",
+            "--request-timeout",
+            "90",
+            "-o",
+            "wide",
+        ])
+        .unwrap();
+        let g = &cli.global;
+        assert_eq!(g.as_user.as_deref(), Some("alice"));
+        assert_eq!(g.as_groups, ["ops", "dev"]);
+        assert_eq!(
+            (g.cluster.as_deref(), g.user.as_deref()),
+            (Some("c"), Some("u"))
+        );
+        assert_eq!(g.request_timeout, Some(Duration::from_secs(90)));
+        let Command::Status(s) = cli.command else {
+            panic!("status expected")
+        };
+        assert_eq!(s.output, Output::Wide);
+        // Groups without a user are refused, as kubectl does.
+        assert_eq!(
+            parse(&["status", "--as-group", "ops"])
+                .unwrap_err()
+                .exit_code(),
+            2
+        );
+        assert_eq!(parse_request_timeout("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_request_timeout("0"), Ok(Duration::ZERO));
+        assert!(
+            parse_request_timeout("soon")
+                .unwrap_err()
+                .contains("number of seconds")
+        );
+    }
+
+    #[test]
+    fn dry_run_and_print_patch() {
+        let change = |args: &[&str]| -> ChangeArgs {
+            match parse(args).unwrap().command {
+                Command::Failover(f) => f.change,
+                Command::Pause(t) | Command::Resume(t) | Command::Retry(t) => t.change,
+                Command::Resolve(r) => r.change,
+                Command::Failback(f) => f.change,
+                other => panic!("unexpected {other:?}"),
+            }
+        };
+        assert_eq!(change(&["failover", "dr", "--all"]).dry_run, None);
+        assert_eq!(
+            change(&["failover", "dr", "--all", "--dry-run"]).dry_run,
+            Some(DryRun::Server)
+        );
+        assert_eq!(
+            change(&["pause", "dr", "--dry-run=client", "--all"]).dry_run,
+            Some(DryRun::Client)
+        );
+        assert!(change(&["retry", "dr", "--all", "--print-patch"]).print_patch);
+        assert!(
+            change(&[
+                "resolve",
+                "r",
+                "--all",
+                "--policy",
+                "Recreate",
+                "--dry-run=server"
+            ])
+            .dry_run
+            .is_some()
+        );
+        assert!(change(&["failback", "dr", "--all", "--print-patch"]).print_patch);
+        for bad in [
+            &["failover", "dr", "--all", "--dry-run", "--print-patch"][..],
+            &["failover", "dr", "--all", "--wait", "--print-patch"],
+            &["failback", "dr", "--all", "--wait", "--dry-run"],
+            &["resume", "dr", "--all", "--dry-run=maybe"],
+        ] {
+            assert_eq!(parse(bad).unwrap_err().exit_code(), 2, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn help_documents_exit_codes() {
+        let help = Cli::command().render_long_help().to_string();
+        assert!(
+            help.contains("Exit codes:") && help.contains("2  wrong usage"),
+            "{help}"
+        );
     }
 
     #[test]

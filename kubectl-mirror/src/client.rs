@@ -26,20 +26,55 @@ pub struct Kube {
     pub url: String,
     /// `-n`, else the context's namespace, else `default`.
     pub namespace: String,
+    /// The impersonated user (`--as`), for messages.
+    pub impersonating: Option<String>,
+    /// How long connecting or a response may take (`--request-timeout`), for messages.
+    pub timeout: Option<Duration>,
 }
 
 /// Loads the client configuration: `--kubeconfig` (or `$KUBECONFIG`, or `~/.kube/config`) with
-/// `--context`; without any kubeconfig and without `--context`, the in-cluster configuration.
+/// `--context`, `--cluster` and `--user`; without any kubeconfig and without those flags, the
+/// in-cluster configuration. Impersonation (`--as`, `--as-group`, `--as-uid`) and
+/// `--request-timeout` apply to either.
 pub async fn load_config(global: &GlobalArgs) -> Result<Config> {
+    let mut config = load_base_config(global).await?;
+    if let Some(user) = &global.as_user {
+        config.auth_info.impersonate = Some(user.clone());
+        config.auth_info.impersonate_groups =
+            (!global.as_groups.is_empty()).then(|| global.as_groups.clone());
+        config.auth_info.impersonate_uid = global.as_uid.clone();
+    }
+    match global.request_timeout {
+        None => {
+            config.connect_timeout = Some(Duration::from_secs(10));
+            config.read_timeout = Some(Duration::from_secs(60));
+        }
+        Some(Duration::ZERO) => {
+            config.connect_timeout = None;
+            config.read_timeout = None;
+            config.write_timeout = None;
+        }
+        Some(limit) => {
+            config.connect_timeout = Some(limit);
+            config.read_timeout = Some(limit);
+            config.write_timeout = Some(limit);
+        }
+    }
+    Ok(config)
+}
+
+async fn load_base_config(global: &GlobalArgs) -> Result<Config> {
     let options = KubeConfigOptions {
         context: global.context.clone(),
-        ..Default::default()
+        cluster: global.cluster.clone(),
+        user: global.user.clone(),
     };
+    let named = global.context.is_some() || global.cluster.is_some() || global.user.is_some();
     let kubeconfig = match &global.kubeconfig {
         Some(path) => Some(Kubeconfig::read_from(path).map_err(|e| Error::Kubeconfig(chain(&e)))?),
         None => match Kubeconfig::read() {
             Ok(k) => Some(k),
-            Err(e) if global.context.is_some() => return Err(Error::Kubeconfig(chain(&e))),
+            Err(e) if named => return Err(Error::Kubeconfig(chain(&e))),
             Err(e) => {
                 return Config::incluster().map_err(|_| {
                     Error::Kubeconfig(format!("{} (and not running inside a cluster)", chain(&e)))
@@ -53,6 +88,20 @@ pub async fn load_config(global: &GlobalArgs) -> Result<Config> {
     {
         return Err(Error::Kubeconfig(format!(
             "context {context:?} does not exist in the kubeconfig"
+        )));
+    }
+    if let Some(cluster) = &global.cluster
+        && !kubeconfig.clusters.iter().any(|c| &c.name == cluster)
+    {
+        return Err(Error::Kubeconfig(format!(
+            "cluster {cluster:?} does not exist in the kubeconfig"
+        )));
+    }
+    if let Some(user) = &global.user
+        && !kubeconfig.auth_infos.iter().any(|u| &u.name == user)
+    {
+        return Err(Error::Kubeconfig(format!(
+            "user {user:?} does not exist in the kubeconfig"
         )));
     }
     Config::from_custom_kubeconfig(kubeconfig, &options)
@@ -87,9 +136,8 @@ enum Failure {
 impl Kube {
     /// Connects as configured by the global flags.
     pub async fn connect(global: &GlobalArgs) -> Result<Kube> {
-        let mut config = load_config(global).await?;
-        config.connect_timeout = Some(Duration::from_secs(10));
-        config.read_timeout = Some(Duration::from_secs(60));
+        let config = load_config(global).await?;
+        let timeout = config.connect_timeout;
         let url = config.cluster_url.to_string();
         let url = url.trim_end_matches('/').to_string();
         let namespace = global
@@ -101,6 +149,8 @@ impl Kube {
             client,
             url,
             namespace,
+            impersonating: global.as_user.clone(),
+            timeout,
         })
     }
 
@@ -115,6 +165,15 @@ impl Kube {
                     Failure::NotFound
                 } else if status.code == 409 && status.reason == "AlreadyExists" {
                     Failure::AlreadyExists
+                } else if status.code == 403 {
+                    let hint = match &self.impersonating {
+                        Some(user) => format!(
+                            " (impersonating {user:?}: it needs a Role granting this; \
+                             `kubectl auth can-i --list --as {user}` shows what it may do)"
+                        ),
+                        None => String::new(),
+                    };
+                    Failure::Other(Error::Forbidden(format!("{}{hint}", status.message)))
                 } else if status.code == 401 {
                     Failure::Other(Error::Api(format!(
                         "the API server at {} refused the credentials: {}",
@@ -125,9 +184,17 @@ impl Kube {
                 }
             }
             kube::Error::HyperError(_) | kube::Error::Service(_) => {
+                let reason = chain(&e);
+                let reason = match self.timeout {
+                    Some(t) if reason.contains("deadline has elapsed") => format!(
+                        "no answer within {} (--request-timeout)",
+                        crate::util::format_duration(t)
+                    ),
+                    _ => reason,
+                };
                 Failure::Other(Error::Unreachable {
                     url: self.url.clone(),
-                    reason: chain(&e),
+                    reason,
                 })
             }
             kube::Error::Auth(_) => Failure::Other(Error::Kubeconfig(chain(&e))),
@@ -228,14 +295,17 @@ impl Kube {
     }
 
     /// Merge-patches a MirrorTopic (as field manager `kubectl-mirror`); returns the result.
+    /// `dry_run`: the API server validates and authorizes the patch and stores nothing.
     pub async fn patch_topic(
         &self,
         namespace: &str,
         name: &str,
         patch: &serde_json::Value,
+        dry_run: bool,
     ) -> Result<MirrorTopic> {
         let params = PatchParams {
             field_manager: Some(FIELD_MANAGER.to_string()),
+            dry_run,
             ..Default::default()
         };
         self.topics_api(Some(namespace))
@@ -250,14 +320,21 @@ impl Kube {
             })
     }
 
-    /// Creates an object; `Ok(None)` when one with its name exists already.
-    async fn create<K>(&self, api: Api<K>, kind: &str, object: &K) -> Result<Option<K>>
+    /// Creates an object (`dry_run`: validated, authorized, not stored); `Ok(None)` when one
+    /// with its name exists already.
+    async fn create<K>(
+        &self,
+        api: Api<K>,
+        kind: &str,
+        object: &K,
+        dry_run: bool,
+    ) -> Result<Option<K>>
     where
         K: kube::Resource + Clone + DeserializeOwned + Serialize + std::fmt::Debug,
     {
         let params = PostParams {
             field_manager: Some(FIELD_MANAGER.to_string()),
-            ..Default::default()
+            dry_run,
         };
         let name = object.meta().name.clone().unwrap_or_default();
         match api.create(&params, object).await {
@@ -281,9 +358,15 @@ impl Kube {
         &self,
         namespace: &str,
         mirror: &ClusterMirror,
+        dry_run: bool,
     ) -> Result<Option<ClusterMirror>> {
-        self.create(self.mirrors_api(Some(namespace)), "ClusterMirror", mirror)
-            .await
+        self.create(
+            self.mirrors_api(Some(namespace)),
+            "ClusterMirror",
+            mirror,
+            dry_run,
+        )
+        .await
     }
 
     /// Creates a MirrorTopic in `namespace`; `None` when the name is taken.
@@ -291,9 +374,15 @@ impl Kube {
         &self,
         namespace: &str,
         topic: &MirrorTopic,
+        dry_run: bool,
     ) -> Result<Option<MirrorTopic>> {
-        self.create(self.topics_api(Some(namespace)), "MirrorTopic", topic)
-            .await
+        self.create(
+            self.topics_api(Some(namespace)),
+            "MirrorTopic",
+            topic,
+            dry_run,
+        )
+        .await
     }
 
     /// A Secret, if it exists.

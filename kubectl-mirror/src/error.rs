@@ -52,9 +52,12 @@ pub enum Error {
     /// The kubeconfig cannot be read or has no usable context.
     #[error("cannot load the Kubernetes configuration: {0}")]
     Kubeconfig(String),
-    /// The API server refused a request (forbidden, invalid, conflict...).
+    /// The API server refused a request (invalid, conflict...).
     #[error("{0}")]
     Api(String),
+    /// The API server refused a request for lack of permission (RBAC).
+    #[error("{0}")]
+    Forbidden(String),
     /// Anything else that makes the command fail.
     #[error("{0}")]
     Failed(String),

@@ -7,6 +7,8 @@
 //! - [`cli`]: the command line;
 //! - [`client`]: kubeconfig, context and namespace handling, API calls and their errors;
 //! - [`render`]: pure rendering of tables and JSON/YAML documents;
+//! - [`gitops`]: objects managed by Argo CD, Flux or Helm, and the change to commit instead;
+//! - [`completion`]: shell completion scripts, and the answers `kubectl mirror <TAB>` asks for;
 //! - [`select`], [`reverse`], [`verifier`], [`util`]: the pure logic of the commands;
 //! - [`commands`]: the commands themselves.
 
@@ -15,7 +17,9 @@
 pub mod cli;
 pub mod client;
 pub mod commands;
+pub mod completion;
 pub mod error;
+pub mod gitops;
 pub mod render;
 pub mod reverse;
 pub mod select;

@@ -343,6 +343,16 @@ pub fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
+/// The records at offsets `from` up to `to` (exclusive) as people read a range: first and
+/// last offset and the count, e.g. `offsets 2169–2173 (5 records)`, `offset 7 (1 record)`.
+pub fn offset_range(from: i64, to: i64) -> String {
+    match to - from {
+        n if n <= 0 => format!("no records (offset {from})"),
+        1 => format!("offset {from} (1 record)"),
+        n => format!("offsets {from}–{} ({n} records)", to - 1),
+    }
+}
+
 /// How a divergence reads in a table cell and in messages.
 pub fn divergence_note(d: &DivergenceView) -> String {
     let resolution = match &d.resolution {
@@ -350,10 +360,8 @@ pub fn divergence_note(d: &DivergenceView) -> String {
         None => "waiting for a divergence policy".to_string(),
     };
     format!(
-        "divergence: offsets {}..{} ({} records) quarantined in {}; {resolution}",
-        d.from_offset,
-        d.to_offset,
-        d.to_offset - d.from_offset,
+        "divergence: {} quarantined in {}; {resolution}",
+        offset_range(d.from_offset, d.to_offset),
         d.quarantine_topic
     )
 }
@@ -400,6 +408,72 @@ pub const STATUS_COLUMNS: [&str; 8] = [
     "ERROR",
 ];
 
+/// Column headers of `status -o wide`: the table's, with the log-end offsets of both sides,
+/// the lag in seconds, the state epoch, the retry attempt and when the state was entered
+/// before the error.
+pub const STATUS_WIDE_COLUMNS: [&str; 14] = [
+    "TOPIC",
+    "PARTITION",
+    "STATE",
+    "LAG",
+    "LAG-SECONDS",
+    "LAST-MIRRORED",
+    "SOURCE-END",
+    "DESTINATION-END",
+    "IDENTICAL",
+    "EPOCH",
+    "RETRY",
+    "SINCE",
+    "POD",
+    "ERROR",
+];
+
+fn seconds(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".to_string(), |s| format!("{s:.1}"))
+}
+
+/// Rows of one topic in `-o wide`.
+pub fn topic_rows_wide(t: &TopicView) -> Vec<Vec<String>> {
+    if t.partitions.is_empty() {
+        let mut row = vec!["-".to_string(); STATUS_WIDE_COLUMNS.len()];
+        row[0] = topic_cell(t);
+        row[2] = t.phase.to_uppercase();
+        row[3] = opt(t.max_lag);
+        row[8] = yes_no(t.offsets_identical);
+        row[13] = String::new();
+        return vec![row];
+    }
+    t.partitions
+        .iter()
+        .map(|p| {
+            vec![
+                topic_cell(t),
+                p.partition.to_string(),
+                p.state.to_string(),
+                opt(p.lag),
+                seconds(p.lag_seconds),
+                opt(p.last_mirrored_offset),
+                opt(p.source_log_end_offset),
+                opt(p.destination_log_end_offset),
+                yes_no(p.offsets_identical),
+                p.state_epoch.to_string(),
+                opt(p.retry_attempt),
+                opt(p.last_transition_time.as_deref()),
+                opt(p.fetcher_pod.as_deref()),
+                error_cell(p),
+            ]
+        })
+        .collect()
+}
+
+fn error_cell(p: &PartitionView) -> String {
+    match (&p.last_error, &p.divergence) {
+        (Some(e), _) => one_line(e),
+        (None, Some(d)) => divergence_note(d),
+        (None, None) => String::new(),
+    }
+}
+
 /// Rows of one topic: one per partition, or one `PENDING` row without partition status.
 pub fn topic_rows(t: &TopicView) -> Vec<Vec<String>> {
     if t.partitions.is_empty() {
@@ -417,11 +491,7 @@ pub fn topic_rows(t: &TopicView) -> Vec<Vec<String>> {
     t.partitions
         .iter()
         .map(|p| {
-            let error = match (&p.last_error, &p.divergence) {
-                (Some(e), _) => one_line(e),
-                (None, Some(d)) => divergence_note(d),
-                (None, None) => String::new(),
-            };
+            let error = error_cell(p);
             vec![
                 topic_cell(t),
                 p.partition.to_string(),
@@ -436,8 +506,17 @@ pub fn topic_rows(t: &TopicView) -> Vec<Vec<String>> {
         .collect()
 }
 
-/// The human-readable status: per mirror a header line, a table, a blank line.
-pub fn status_table(doc: &StatusDocument) -> String {
+/// How the rows of one topic are made.
+type RowsOf = fn(&TopicView) -> Vec<Vec<String>>;
+
+/// The human-readable status: per mirror a header line, a table, a blank line; `wide` adds
+/// columns.
+pub fn status_table(doc: &StatusDocument, wide: bool) -> String {
+    let (columns, rows): (&[&str], RowsOf) = if wide {
+        (&STATUS_WIDE_COLUMNS, topic_rows_wide)
+    } else {
+        (&STATUS_COLUMNS, topic_rows)
+    };
     let mut out = String::new();
     for (i, m) in doc.mirrors.iter().enumerate() {
         if i > 0 {
@@ -455,8 +534,8 @@ pub fn status_table(doc: &StatusDocument) -> String {
             out.push_str("  (no MirrorTopics)\n");
             continue;
         }
-        let rows: Vec<Vec<String>> = m.topics.iter().flat_map(topic_rows).collect();
-        out.push_str(&table(&STATUS_COLUMNS, &rows));
+        let all: Vec<Vec<String>> = m.topics.iter().flat_map(rows).collect();
+        out.push_str(&table(columns, &all));
     }
     for o in &doc.orphan_topics {
         if !out.is_empty() {
@@ -466,7 +545,7 @@ pub fn status_table(doc: &StatusDocument) -> String {
             "MIRRORTOPIC {}/{}   ClusterMirror {} not found: nothing mirrors it\n",
             o.namespace, o.topic.name, o.mirror
         ));
-        out.push_str(&table(&STATUS_COLUMNS, &topic_rows(&o.topic)));
+        out.push_str(&table(columns, &rows(&o.topic)));
     }
     out
 }
@@ -644,6 +723,8 @@ pub struct ReportSummary {
     pub trailing: u64,
     /// Offsets identical.
     pub offsets_identical: bool,
+    /// The first mismatches: (source offset, destination offset, what).
+    pub examples: Vec<(i64, i64, String)>,
 }
 
 impl ReportSummary {
@@ -653,14 +734,15 @@ impl ReportSummary {
     }
 }
 
-/// The verification summary table, followed by one line per topic that could not be verified.
-pub fn verify_table(doc: &VerifyDocument) -> String {
+/// The verification summary table, followed by one line per topic that could not be verified;
+/// `wide` adds the destination topic and the first mismatch.
+pub fn verify_table(doc: &VerifyDocument, wide: bool) -> String {
     let mut rows = Vec::new();
     let mut errors = Vec::new();
     for t in &doc.topics {
         for r in &t.reports {
             let s: ReportSummary = serde_json::from_value(r.clone()).unwrap_or_default();
-            rows.push(vec![
+            let mut row = vec![
                 t.source_topic.clone(),
                 s.partition.to_string(),
                 if s.is_clean() { "clean" } else { "MISMATCH" }.to_string(),
@@ -671,7 +753,20 @@ pub fn verify_table(doc: &VerifyDocument) -> String {
                 s.extra.to_string(),
                 s.trailing.to_string(),
                 yes_no(Some(s.offsets_identical)),
-            ]);
+            ];
+            if wide {
+                row.insert(1, t.destination_topic.clone());
+                row.push(match s.examples.first() {
+                    Some((src, dst, what)) => {
+                        format!(
+                            "source offset {src}, destination offset {dst}: {}",
+                            one_line(what)
+                        )
+                    }
+                    None => String::new(),
+                });
+            }
+            rows.push(row);
         }
         if let Some(e) = &t.error {
             errors.push(format!("{}: {}", t.source_topic, one_line(e)));
@@ -679,21 +774,23 @@ pub fn verify_table(doc: &VerifyDocument) -> String {
     }
     let mut out = String::new();
     if !rows.is_empty() {
-        out.push_str(&table(
-            &[
-                "TOPIC",
-                "PARTITION",
-                "RESULT",
-                "SOURCE-RECORDS",
-                "MATCHED",
-                "MISSING",
-                "DIFFERENT",
-                "EXTRA",
-                "TRAILING",
-                "IDENTICAL",
-            ],
-            &rows,
-        ));
+        let mut headers = vec![
+            "TOPIC",
+            "PARTITION",
+            "RESULT",
+            "SOURCE-RECORDS",
+            "MATCHED",
+            "MISSING",
+            "DIFFERENT",
+            "EXTRA",
+            "TRAILING",
+            "IDENTICAL",
+        ];
+        if wide {
+            headers.insert(1, "DESTINATION-TOPIC");
+            headers.push("FIRST-MISMATCH");
+        }
+        out.push_str(&table(&headers, &rows));
     }
     for e in errors {
         out.push_str(&format!("error: {e}\n"));
@@ -728,7 +825,7 @@ mod tests {
         let mut doc = status_document(&mirrors[..1], &topics);
         assert_eq!(doc.mirrors[0].topics.len(), 1);
         doc.orphan_topics = orphans;
-        let text = status_table(&doc);
+        let text = status_table(&doc, false);
         assert!(
             text.contains("MIRRORTOPIC ns/lost-a   ClusterMirror lost not found"),
             "{text}"
@@ -848,7 +945,7 @@ mod tests {
 
     #[test]
     fn table_shows_header_rows_pending_and_errors() {
-        let text = status_table(&fixture());
+        let text = status_table(&fixture(), false);
         let expected = "\
 MIRROR ns/b   READY Unknown   src:9092 → dst:9092   TOPICS 0
   (no MirrorTopics)
@@ -881,10 +978,59 @@ orders               1           FAILED      5     -               -           -
         let rows = topic_rows(&topic_view(&t));
         assert_eq!(
             rows[0][7],
-            "divergence: offsets 100..120 (20 records) quarantined in \
+            "divergence: offsets 100–119 (20 records) quarantined in \
              orders.kmirror-quarantine; waiting for a divergence policy"
         );
         assert_eq!(unresolved_divergences(&t).len(), 1);
+    }
+
+    #[test]
+    fn offset_ranges_name_first_and_last_offset() {
+        assert_eq!(offset_range(2169, 2174), "offsets 2169–2173 (5 records)");
+        assert_eq!(offset_range(7, 8), "offset 7 (1 record)");
+        assert_eq!(offset_range(7, 7), "no records (offset 7)");
+    }
+
+    #[test]
+    fn wide_status_has_offsets_epoch_and_retry() {
+        let t = with_status(
+            topic("dr-orders", "dr", "orders"),
+            vec![PartitionStatus {
+                lag: Some(3),
+                lag_seconds: Some(1.25),
+                last_mirrored_offset: Some(96),
+                source_log_end_offset: Some(100),
+                destination_log_end_offset: Some(97),
+                state_epoch: 4,
+                retry_attempt: Some(2),
+                last_transition_time: Some("2026-01-01T00:00:00Z".into()),
+                fetcher_pod: Some("dr-orders-0".into()),
+                ..partition(0, PartitionState::Mirroring)
+            }],
+        );
+        let rows = topic_rows_wide(&topic_view(&t));
+        assert_eq!(
+            rows[0],
+            [
+                "orders",
+                "0",
+                "MIRRORING",
+                "3",
+                "1.2",
+                "96",
+                "100",
+                "97",
+                "-",
+                "4",
+                "2",
+                "2026-01-01T00:00:00Z",
+                "dr-orders-0",
+                ""
+            ]
+        );
+        let pending = topic_rows_wide(&topic_view(&topic("p", "dr", "p")));
+        assert_eq!(pending[0].len(), STATUS_WIDE_COLUMNS.len());
+        assert_eq!(pending[0][2], "PENDING");
     }
 
     #[test]
@@ -978,10 +1124,16 @@ orders               1           FAILED      5     -               -           -
                 },
             ],
         };
-        let text = verify_table(&doc);
+        let text = verify_table(&doc, false);
         assert!(
             text.contains("orders   0           clean      10"),
             "{text}"
+        );
+        let wide = verify_table(&doc, true);
+        assert!(
+            wide.lines().next().unwrap().contains("DESTINATION-TOPIC")
+                && wide.contains("source offset 5, destination offset 5: missing"),
+            "{wide}"
         );
         assert!(
             text.contains("orders   1           MISMATCH   10"),

@@ -87,3 +87,23 @@ The operator's image: repository@digest, or repository:tag (tag defaults to appV
 {{- define "kmirror.leaseName" -}}
 {{- default (include "kmirror.operatorName" .) .Values.leaderElection.leaseName }}
 {{- end }}
+
+{{/*
+Labels of an alert: (list $ "severity") -> severity and prometheusRule.alertLabels.
+*/}}
+{{- define "kmirror.alertLabels" -}}
+{{- $root := index . 0 -}}
+severity: {{ index . 1 }}
+{{- with $root.Values.prometheusRule.alertLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/*
+runbook_url of an alert: (list $ "AlertName") -> prometheusRule.runbookUrl#alertname, the anchor
+of the alert's heading in the README.
+*/}}
+{{- define "kmirror.runbook" -}}
+{{- $root := index . 0 -}}
+{{- printf "%s#%s" $root.Values.prometheusRule.runbookUrl (lower (index . 1)) | quote }}
+{{- end }}

@@ -3,9 +3,10 @@
 use kmirror_crds::v1alpha1::{ClusterMirror, DivergencePolicy, MirrorTopic, PartitionState};
 use serde_json::json;
 
-use crate::cli::FailbackArgs;
+use crate::cli::{DryRun, FailbackArgs};
 use crate::client::Kube;
 use crate::error::{Error, Result};
+use crate::gitops;
 use crate::reverse;
 use crate::select::{object_name, select};
 use crate::util::check_name;
@@ -65,7 +66,21 @@ pub async fn run(kube: &Kube, args: &FailbackArgs) -> Result<()> {
         .map(|t| reverse::reverse_topic(t, &name, policy))
         .collect();
 
-    if args.dry_run {
+    if let Some(w) = gitops::creation_warning(
+        &format!("ClusterMirror {ns}/{}", args.mirror),
+        &old.metadata,
+    ) {
+        eprintln!("warning: {w}");
+    }
+    let change = &args.change;
+    if change.print_patch || change.dry_run == Some(DryRun::Client) {
+        if change.print_patch {
+            emit(&format!(
+                "# The reverse mirror of ClusterMirror {ns}/{}: commit these manifests to Git \
+                 next to the mirror's.\n",
+                args.mirror
+            ));
+        }
         emit(&serde_yaml::to_string(&with_kind(&mirror)).expect("serializes"));
         for t in &reverse_topics {
             emit("---\n");
@@ -73,13 +88,14 @@ pub async fn run(kube: &Kube, args: &FailbackArgs) -> Result<()> {
         }
         return Ok(());
     }
+    let dry_run = change.dry_run == Some(DryRun::Server);
 
-    create_mirror(kube, &mirror, &reverse::key(&old)).await?;
+    create_mirror(kube, &mirror, &reverse::key(&old), dry_run).await?;
     let mut created = Vec::new();
     for t in &reverse_topics {
-        created.push(create_topic(kube, t, policy).await?);
+        created.push(create_topic(kube, t, policy, dry_run).await?);
     }
-    if !args.wait {
+    if !args.wait || dry_run {
         return Ok(());
     }
     follow(
@@ -114,12 +130,25 @@ where
     v
 }
 
+/// " (server dry run)" after what a dry run reports.
+fn dry(dry_run: bool) -> &'static str {
+    if dry_run { " (server dry run)" } else { "" }
+}
+
 /// Creates the reverse mirror; an existing one is kept if it reverses the same mirror.
-async fn create_mirror(kube: &Kube, mirror: &ClusterMirror, reverse_of: &str) -> Result<()> {
+async fn create_mirror(
+    kube: &Kube,
+    mirror: &ClusterMirror,
+    reverse_of: &str,
+    dry_run: bool,
+) -> Result<()> {
     let ns = kube.namespace.as_str();
     let name = mirror.metadata.name.clone().unwrap_or_default();
-    if kube.create_mirror(ns, mirror).await?.is_some() {
-        line(&format!("clustermirror.kmirror.io/{name} created"));
+    if kube.create_mirror(ns, mirror, dry_run).await?.is_some() {
+        line(&format!(
+            "clustermirror.kmirror.io/{name} created{}",
+            dry(dry_run)
+        ));
         return Ok(());
     }
     let existing = kube.mirror(ns, &name).await?;
@@ -141,12 +170,14 @@ async fn create_topic(
     kube: &Kube,
     topic: &MirrorTopic,
     policy: Option<DivergencePolicy>,
+    dry_run: bool,
 ) -> Result<MirrorTopic> {
     let ns = kube.namespace.as_str();
     let name = object_name(topic).to_string();
-    if let Some(t) = kube.create_topic(ns, topic).await? {
+    if let Some(t) = kube.create_topic(ns, topic, dry_run).await? {
         line(&format!(
-            "mirrortopic.kmirror.io/{name} created ({} → {})",
+            "mirrortopic.kmirror.io/{name} created{} ({} → {})",
+            dry(dry_run),
             t.spec.source_topic,
             t.destination_topic()
         ));
@@ -166,10 +197,16 @@ async fn create_topic(
     match policy {
         Some(p) if existing.spec.divergence_policy != Some(p) => {
             let t = kube
-                .patch_topic(ns, &name, &json!({"spec": {"divergencePolicy": p}}))
+                .patch_topic(
+                    ns,
+                    &name,
+                    &json!({"spec": {"divergencePolicy": p}}),
+                    dry_run,
+                )
                 .await?;
             line(&format!(
-                "mirrortopic.kmirror.io/{name} configured (divergencePolicy {p:?})"
+                "mirrortopic.kmirror.io/{name} configured{} (divergencePolicy {p:?})",
+                dry(dry_run)
             ));
             Ok(t)
         }

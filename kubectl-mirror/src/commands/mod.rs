@@ -13,6 +13,10 @@ use crate::error::Result;
 
 /// Runs a parsed command line.
 pub async fn run(cli: Cli) -> Result<()> {
+    if let Command::Completion(args) = &cli.command {
+        emit(&crate::completion::script(args.shell));
+        return Ok(());
+    }
     let kube = Kube::connect(&cli.global).await?;
     match &cli.command {
         Command::Status(a) => status::run(&kube, a).await,
@@ -23,6 +27,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Resume(a) => topics::set_state(&kube, a, topics::Target::Resume).await,
         Command::Retry(a) => topics::retry(&kube, a).await,
         Command::Verify(a) => verify::run(&kube, a).await,
+        Command::Completion(_) => unreachable!("handled before connecting"),
     }
 }
 

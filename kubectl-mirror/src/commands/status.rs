@@ -35,14 +35,15 @@ pub async fn run(kube: &Kube, args: &StatusArgs) -> Result<()> {
         doc.orphan_topics = render::orphan_topics(&mirrors, &topics);
     }
     match args.output {
-        Output::Table if doc.mirrors.is_empty() && doc.orphan_topics.is_empty() => {
+        Output::Table | Output::Wide if doc.mirrors.is_empty() && doc.orphan_topics.is_empty() => {
             if args.all_namespaces {
                 eprintln!("No ClusterMirrors found.");
             } else {
                 eprintln!("No ClusterMirrors found in namespace {ns}.");
             }
         }
-        Output::Table => emit(&render::status_table(&doc)),
+        Output::Table => emit(&render::status_table(&doc, false)),
+        Output::Wide => emit(&render::status_table(&doc, true)),
         other => emit(&render::document(&doc, other)),
     }
     Ok(())

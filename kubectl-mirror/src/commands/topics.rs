@@ -10,9 +10,10 @@ use kmirror_crds::v1alpha1::{
 use serde_json::json;
 use tokio::time::Instant;
 
-use crate::cli::{FailoverArgs, ResolveArgs, TopicArgs};
+use crate::cli::{ChangeArgs, DryRun, FailoverArgs, ResolveArgs, TopicArgs};
 use crate::client::Kube;
 use crate::error::{Error, Result};
+use crate::gitops;
 use crate::render::{self, Progress};
 use crate::select::{object_name, select};
 use crate::util::{format_duration, rfc3339};
@@ -46,23 +47,72 @@ async fn selected(kube: &Kube, mirror: &str, wanted: &[String]) -> Result<Vec<Mi
 }
 
 /// Applies one merge patch to each topic and reports it; returns the patched topics.
+///
+/// Topics a GitOps tool or Helm manages get a warning naming the tool (`field` is what the
+/// patch changes, for the warning). `--print-patch` prints the change as YAML to commit and
+/// changes nothing; `--dry-run` changes nothing (server: the API server checks the patch).
+/// Returns an empty list when nothing was applied.
 async fn patch_each(
     kube: &Kube,
     topics: &[MirrorTopic],
     patch: &serde_json::Value,
     what: &str,
+    field: &[&str],
+    change: &ChangeArgs,
 ) -> Result<Vec<MirrorTopic>> {
+    let ns = kube.namespace.as_str();
+    if change.print_patch {
+        for (i, t) in topics.iter().enumerate() {
+            if let Some(w) = gitops::warning(&describe_object(t), &t.metadata, field) {
+                eprintln!("warning: {w}");
+            }
+            if i > 0 {
+                super::emit("---\n");
+            }
+            super::emit(&gitops::patch_document(
+                "kmirror.io/v1alpha1",
+                "MirrorTopic",
+                &t.metadata,
+                patch,
+            ));
+        }
+        return Ok(Vec::new());
+    }
     let mut out = Vec::new();
     for t in topics {
+        if let Some(w) = gitops::warning(&describe_object(t), &t.metadata, field) {
+            eprintln!("warning: {w}");
+        }
         let name = object_name(t);
-        let patched = kube.patch_topic(&kube.namespace, name, patch).await?;
+        let suffix = match change.dry_run {
+            None => "",
+            Some(DryRun::Server) => " (server dry run)",
+            Some(DryRun::Client) => " (dry run)",
+        };
+        if change.dry_run != Some(DryRun::Client) {
+            let patched = kube
+                .patch_topic(ns, name, patch, change.dry_run.is_some())
+                .await?;
+            out.push(patched);
+        }
         line(&format!(
-            "mirrortopic.kmirror.io/{name} patched ({}: {what})",
+            "mirrortopic.kmirror.io/{name} patched{suffix} ({}: {what})",
             t.spec.source_topic
         ));
-        out.push(patched);
+    }
+    if change.dry_run.is_some() {
+        out.clear();
     }
     Ok(out)
+}
+
+/// `MirrorTopic namespace/name`, for messages.
+fn describe_object(t: &MirrorTopic) -> String {
+    format!(
+        "MirrorTopic {}/{}",
+        t.metadata.namespace.as_deref().unwrap_or_default(),
+        object_name(t)
+    )
 }
 
 /// `failover`: `spec.state: Stopped` with the failover mode, then optionally follow.
@@ -79,6 +129,8 @@ pub async fn failover(kube: &Kube, args: &FailoverArgs) -> Result<()> {
         &topics,
         &patch,
         &format!("state Stopped, failover mode {mode:?}"),
+        &["spec", "state"],
+        &args.change,
     )
     .await?;
     if !args.wait {
@@ -125,7 +177,15 @@ pub async fn set_state(kube: &Kube, args: &TopicArgs, target: Target) -> Result<
         }
     }
     let patch = json!({"spec": {"state": state}});
-    patch_each(kube, &topics, &patch, &format!("state {state}")).await?;
+    patch_each(
+        kube,
+        &topics,
+        &patch,
+        &format!("state {state}"),
+        &["spec", "state"],
+        &args.change,
+    )
+    .await?;
     Ok(())
 }
 
@@ -139,6 +199,8 @@ pub async fn retry(kube: &Kube, args: &TopicArgs) -> Result<()> {
         &topics,
         &patch,
         &format!("{ANNOTATION_RETRY}={token}"),
+        &["metadata", "annotations", ANNOTATION_RETRY],
+        &args.change,
     )
     .await?;
     Ok(())
@@ -167,6 +229,8 @@ pub async fn resolve(kube: &Kube, args: &ResolveArgs) -> Result<()> {
         &chosen,
         &patch,
         &format!("divergencePolicy {policy:?}"),
+        &["spec", "divergencePolicy"],
+        &args.change,
     )
     .await?;
     Ok(())
@@ -261,12 +325,10 @@ fn divergence_check(current: &[(MirrorTopic, Option<i64>)], reverse: &str, ns: &
         let found = render::unresolved_divergences(t);
         for (partition, d) in &found {
             line(&format!(
-                "{}[{partition}]: {} records at offsets {}..{} were written to the old source \
-                 after the last mirrored offset; copies are in quarantine topic {}",
+                "{}[{partition}]: {} were written to the old source after the last mirrored \
+                 offset; copies are in quarantine topic {}",
                 t.spec.source_topic,
-                d.to_offset - d.from_offset,
-                d.from_offset,
-                d.to_offset,
+                render::offset_range(d.from_offset, d.to_offset),
                 d.quarantine_topic
             ));
         }

@@ -59,7 +59,7 @@ pub async fn run(kube: &Kube, args: &VerifyArgs) -> Result<()> {
             destination_topic: t.destination_topic().to_string(),
             partitions,
         };
-        if args.output == Output::Table {
+        if matches!(args.output, Output::Table | Output::Wide) {
             eprintln!(
                 "verifying {} → {} ...",
                 topic_run.source_topic, topic_run.destination_topic
@@ -72,7 +72,8 @@ pub async fn run(kube: &Kube, args: &VerifyArgs) -> Result<()> {
     drop(dir);
 
     match args.output {
-        Output::Table => emit(&render::verify_table(&doc)),
+        Output::Table => emit(&render::verify_table(&doc, false)),
+        Output::Wide => emit(&render::verify_table(&doc, true)),
         other => emit(&render::document(&doc, other)),
     }
     if doc.clean {

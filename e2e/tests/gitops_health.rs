@@ -1,0 +1,556 @@
+//! Health for GitOps tools: the Argo CD health checks of deploy/argocd (Lua, run with gopher-lua
+//! as Argo CD runs them, by e2e/bed/argocd-health) against `ClusterMirror` and `MirrorTopic`
+//! objects of real mirrors, and the `Ready` condition `kubectl wait` waits for.
+//!
+//! `captured_objects_get_their_health` runs the committed objects of deploy/argocd/testdata (a
+//! healthy, progressing, failed, paused and stopped object of each kind) through the scripts.
+//! `real_mirrors_move_through_every_health` makes those objects with the operator on the bed,
+//! checks the scripts on each as it is, and with `KMIRROR_WRITE_FIXTURES=1` writes them into
+//! deploy/argocd/testdata.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use kmirror_crds::v1alpha1::PartitionState;
+use kmirror_e2e::Testbed;
+use kmirror_e2e::fetcher::ensure_state_topic;
+use kmirror_e2e::kafka::{DestUser, create_topic, mixed_records, produce_all, unique_name};
+use kmirror_e2e::operator::{OperatorProcess, Scenario, all_partitions};
+use kmirror_e2e::testbed::repo_root;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+/// The health runner, built once per machine.
+fn runner() -> &'static Path {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        let out = Command::new(repo_root().join("e2e/bed/go-tools.sh"))
+            .arg("argocd-health")
+            .output()
+            .expect("run e2e/bed/go-tools.sh");
+        assert!(
+            out.status.success(),
+            "building the Argo CD health runner failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+    })
+}
+
+fn script(kind: &str) -> PathBuf {
+    repo_root().join(format!("deploy/argocd/{}-health.lua", kind.to_lowercase()))
+}
+
+fn testdata() -> PathBuf {
+    repo_root().join("deploy/argocd/testdata")
+}
+
+/// What Argo CD would show for an object: (status, message).
+#[derive(Debug, Deserialize)]
+struct Health {
+    status: Option<String>,
+    message: Option<String>,
+    error: Option<String>,
+}
+
+/// The health of each object file, by the script of `kind`.
+fn health(kind: &str, files: &[PathBuf]) -> Vec<(String, String)> {
+    let out = Command::new(runner())
+        .arg(script(kind))
+        .args(files)
+        .output()
+        .expect("run argocd-health");
+    assert!(
+        out.status.success(),
+        "argocd-health: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let results: Vec<Health> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON result a line"))
+        .collect();
+    assert_eq!(results.len(), files.len());
+    results
+        .into_iter()
+        .zip(files)
+        .map(|(h, f)| {
+            assert!(
+                h.error.is_none(),
+                "{}: the script failed: {}",
+                f.display(),
+                h.error.unwrap()
+            );
+            (h.status.unwrap(), h.message.unwrap_or_default())
+        })
+        .collect()
+}
+
+/// One expected result of testdata/expected.yaml.
+#[derive(Debug, Deserialize)]
+struct Expected {
+    file: String,
+    kind: String,
+    case: String,
+    status: String,
+    message: String,
+}
+
+#[test]
+fn captured_objects_get_their_health() {
+    let expected: Vec<Expected> = serde_yaml::from_str(
+        &std::fs::read_to_string(testdata().join("expected.yaml")).expect("expected.yaml"),
+    )
+    .unwrap();
+    let mut cases: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for e in &expected {
+        let file = testdata().join(&e.file);
+        let object: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+        assert_eq!(object["kind"], e.kind.as_str(), "{}", e.file);
+        let (status, message) = health(&e.kind, &[file]).remove(0);
+        assert_eq!(status, e.status, "{}: {message}", e.file);
+        assert!(
+            message.contains(&e.message),
+            "{}: message {message:?} does not contain {:?}",
+            e.file,
+            e.message
+        );
+        cases
+            .entry(e.kind.clone())
+            .or_default()
+            .push(e.case.clone());
+    }
+    for kind in ["ClusterMirror", "MirrorTopic"] {
+        for case in ["healthy", "progressing", "failed", "paused", "stopped"] {
+            assert!(
+                cases[kind].iter().any(|c| c == case),
+                "no captured {case} {kind} in deploy/argocd/testdata"
+            );
+        }
+    }
+    // A script that errors or returns something Argo CD rejects is reported, not passed.
+    let dir = std::env::temp_dir().join(unique_name("argocd-health"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("bad.lua");
+    std::fs::write(&bad, "return {status = string.upper('healthy')}").unwrap();
+    let out = Command::new(runner())
+        .arg(&bad)
+        .arg(testdata().join(&expected[0].file))
+        .output()
+        .unwrap();
+    let line: Health = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        line.error.is_some_and(|e| e.contains("upper")),
+        "Argo CD opens no string library"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn argocd_cm_holds_the_scripts() {
+    let cm: Value = serde_yaml::from_str(
+        &std::fs::read_to_string(repo_root().join("deploy/argocd/argocd-cm.yaml")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(cm["kind"], "ConfigMap");
+    assert_eq!(cm["metadata"]["name"], "argocd-cm");
+    for kind in ["ClusterMirror", "MirrorTopic"] {
+        let key = format!("resource.customizations.health.kmirror.io_{kind}");
+        assert_eq!(
+            cm["data"][&key].as_str(),
+            Some(std::fs::read_to_string(script(kind)).unwrap().as_str()),
+            "{key} differs from {}; run deploy/render.sh",
+            script(kind).display()
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Real mirrors
+
+fn kubectl(args: &[&str]) -> std::process::Output {
+    let bed = Testbed::get();
+    Command::new(bed.var("KMIRROR_KUBECTL"))
+        .args(args)
+        .env("KUBECONFIG", bed.var("KUBECONFIG"))
+        .output()
+        .expect("run kubectl")
+}
+
+/// The object as the API server returns it (what Argo CD sees), without managed fields.
+fn get(ns: &str, resource: &str, name: &str) -> Value {
+    let out = kubectl(&["get", resource, name, "-n", ns, "-o", "json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("managedFields");
+    v
+}
+
+/// Collects objects, checks their health as captured, and writes them as fixtures when asked.
+struct Capture {
+    dir: PathBuf,
+    expected: Vec<Value>,
+    write: bool,
+}
+
+impl Capture {
+    fn new() -> Capture {
+        let write = std::env::var("KMIRROR_WRITE_FIXTURES").is_ok_and(|v| v == "1");
+        let dir = if write {
+            testdata()
+        } else {
+            std::env::temp_dir().join(unique_name("argocd-capture"))
+        };
+        std::fs::create_dir_all(&dir).unwrap();
+        Capture {
+            dir,
+            expected: Vec::new(),
+            write,
+        }
+    }
+
+    /// Checks the health of `object` and records it as `<kind>-<case>.json`.
+    fn check(&mut self, object: Value, case: &str, status: &str, message: &str) {
+        let kind = object["kind"].as_str().unwrap().to_string();
+        let file = format!("{}-{case}.json", kind.to_lowercase());
+        let path = self.dir.join(&file);
+        std::fs::write(
+            &path,
+            format!("{}\n", serde_json::to_string_pretty(&object).unwrap()),
+        )
+        .unwrap();
+        let (got, text) = health(&kind, std::slice::from_ref(&path)).remove(0);
+        assert_eq!(got, status, "{kind} {case}: {text}\n{object:#}");
+        assert!(
+            text.contains(message),
+            "{kind} {case}: message {text:?} does not contain {message:?}"
+        );
+        self.expected
+            .push(json!({"file": file, "kind": kind, "case": case,
+            "status": status, "message": message}));
+    }
+
+    fn finish(self) {
+        if self.write {
+            let header = "# Health Argo CD shows for the objects of this directory (captured from \
+                          mirrors on the test bed by\n# e2e/tests/gitops_health.rs with \
+                          KMIRROR_WRITE_FIXTURES=1): status, and a part of the message.\n";
+            std::fs::write(
+                self.dir.join("expected.yaml"),
+                format!("{header}{}", serde_yaml::to_string(&self.expected).unwrap()),
+            )
+            .unwrap();
+        } else {
+            std::fs::remove_dir_all(&self.dir).unwrap();
+        }
+    }
+}
+
+/// Polls the MirrorTopic until `check` holds on its raw object.
+async fn until(
+    s: &Scenario,
+    what: &str,
+    timeout: Duration,
+    check: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let t = s.topic(what.split(' ').next().unwrap()).await;
+        if let Some(t) = t {
+            let v = serde_json::to_value(&t).unwrap();
+            if check(&v) {
+                return v;
+            }
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn ready_reason(v: &Value) -> Option<(String, String)> {
+    v["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "Ready")
+        .map(|c| {
+            (
+                c["status"].as_str().unwrap_or_default().to_string(),
+                c["reason"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+}
+
+#[tokio::test]
+async fn real_mirrors_move_through_every_health() {
+    let bed = Testbed::get();
+    ensure_state_topic(bed);
+    let s = Scenario::new(bed, "gitops-health").await;
+    let ns = s.ns.clone();
+    let mut capture = Capture::new();
+    let orders = unique_name("orders");
+    let audit = unique_name("audit");
+    let source = bed.source_config();
+    create_topic(&source, &orders, 2, &[]).await.unwrap();
+    create_topic(&source, &audit, 1, &[]).await.unwrap();
+    produce_all(&source, &orders, &mixed_records(200, 2, 0, 1), &[]).unwrap();
+    produce_all(&source, &audit, &mixed_records(50, 1, 0, 2), &[]).unwrap();
+
+    // Objects created while no operator runs: no status yet.
+    s.apply_mirror("dr", Scenario::mirror_spec(bed)).await;
+    s.apply_topic("orders", json!({"mirror": "dr", "sourceTopic": orders}))
+        .await;
+    capture.check(
+        get(&ns, "mirrortopic", "orders"),
+        "progressing",
+        "Progressing",
+        "Waiting for the kmirror operator to report the topic",
+    );
+    capture.check(
+        get(&ns, "clustermirror", "dr"),
+        "progressing",
+        "Progressing",
+        "Waiting for the kmirror operator to report the mirror",
+    );
+
+    // Healthy: `kubectl wait` returns once the Ready condition is True, which the operator
+    // sets when every partition mirrors.
+    let mut operator = OperatorProcess::spawn(bed, &ns, &[]);
+    s.apply_topic("audit", json!({"mirror": "dr", "sourceTopic": audit}))
+        .await;
+    let started = Instant::now();
+    let wait = kubectl(&[
+        "wait",
+        "-n",
+        &ns,
+        "--for=condition=Ready",
+        "mirrortopic/orders",
+        "mirrortopic/audit",
+        "--timeout=120s",
+    ]);
+    assert!(
+        wait.status.success(),
+        "kubectl wait: {}{}",
+        String::from_utf8_lossy(&wait.stdout),
+        String::from_utf8_lossy(&wait.stderr)
+    );
+    eprintln!(
+        "kubectl wait --for=condition=Ready: {:?}",
+        started.elapsed()
+    );
+    let t = s.topic("orders").await.unwrap();
+    assert!(
+        all_partitions(&t, PartitionState::Mirroring, 2),
+        "Ready means every partition MIRRORING: {:?}",
+        t.status
+    );
+    let wait = kubectl(&[
+        "wait",
+        "-n",
+        &ns,
+        "--for=condition=Ready",
+        "clustermirror/dr",
+        "--timeout=60s",
+    ]);
+    assert!(
+        wait.status.success(),
+        "{}",
+        String::from_utf8_lossy(&wait.stderr)
+    );
+    s.wait_mirror(
+        "dr",
+        "3 partitions mirroring",
+        Duration::from_secs(60),
+        |m| {
+            m.status
+                .as_ref()
+                .is_some_and(|st| st.partitions.mirroring == 3 && st.partitions.total == 3)
+        },
+    )
+    .await;
+    capture.check(
+        get(&ns, "mirrortopic", "orders"),
+        "healthy",
+        "Healthy",
+        "all 2 partitions MIRRORING",
+    );
+    capture.check(
+        get(&ns, "clustermirror", "dr"),
+        "healthy",
+        "Healthy",
+        "2 topics, 3 of 3 partitions mirroring",
+    );
+
+    // Failed: another client writes to audit's destination, then the source moves on.
+    produce_all(
+        &bed.dest_config(DestUser::Admin),
+        &audit,
+        &mixed_records(1, 1, 0, 3),
+        &[],
+    )
+    .unwrap();
+    produce_all(&source, &audit, &mixed_records(10, 1, 0, 4), &[]).unwrap();
+    s.wait_topic("audit", "FAILED", Duration::from_secs(90), |t| {
+        all_partitions(t, PartitionState::Failed, 1)
+    })
+    .await;
+    // kubectl wait does not take a FAILED topic for Ready.
+    let wait = kubectl(&[
+        "wait",
+        "-n",
+        &ns,
+        "--for=condition=Ready",
+        "mirrortopic/audit",
+        "--timeout=3s",
+    ]);
+    assert!(!wait.status.success(), "a FAILED topic is not Ready");
+    capture.check(
+        get(&ns, "mirrortopic", "audit"),
+        "failed",
+        "Degraded",
+        "1 of 1 partitions FAILED: partition 0:",
+    );
+    s.wait_mirror("dr", "PartitionsFailed", Duration::from_secs(60), |m| {
+        m.status
+            .as_ref()
+            .is_some_and(|st| st.partitions.failed == 1)
+            && m.status.as_ref().is_some_and(|st| {
+                st.conditions
+                    .iter()
+                    .any(|c| c.type_ == "Ready" && c.reason == "PartitionsFailed")
+            })
+    })
+    .await;
+    capture.check(
+        get(&ns, "clustermirror", "dr"),
+        "failed",
+        "Degraded",
+        "PartitionsFailed: 1 partitions FAILED",
+    );
+    kubectl(&["delete", "-n", &ns, "mirrortopic/audit", "--timeout=60s"]);
+    s.wait_mirror("dr", "only orders", Duration::from_secs(60), |m| {
+        m.status.as_ref().is_some_and(|st| {
+            st.partitions.total == 2
+                && st.partitions.failed == 0
+                && st
+                    .conditions
+                    .iter()
+                    .any(|c| c.type_ == "Ready" && c.status == "True")
+        })
+    })
+    .await;
+
+    // A change the operator has not seen yet (it is stopped): Progressing.
+    operator.kill();
+    s.patch_topic("orders", json!({"state": "Paused"})).await;
+    capture.check(
+        get(&ns, "mirrortopic", "orders"),
+        "unobserved",
+        "Progressing",
+        "Waiting for the kmirror operator to observe generation 2",
+    );
+
+    // Paused: Suspended.
+    let _operator = OperatorProcess::spawn(bed, &ns, &[]);
+    let paused = until(&s, "orders PAUSED", Duration::from_secs(90), |v| {
+        v["status"]["observedGeneration"] == 2
+            && v["status"]["partitions"]
+                .as_array()
+                .is_some_and(|p| p.len() == 2 && p.iter().all(|p| p["state"] == "PAUSED"))
+            && ready_reason(v) == Some(("True".into(), "Paused".into()))
+    })
+    .await;
+    assert_eq!(paused["spec"]["state"], "Paused");
+    capture.check(
+        get(&ns, "mirrortopic", "orders"),
+        "paused",
+        "Suspended",
+        "Paused: all 2 partitions PAUSED",
+    );
+    s.wait_mirror("dr", "2 paused", Duration::from_secs(60), |m| {
+        m.status
+            .as_ref()
+            .is_some_and(|st| st.partitions.paused == 2)
+    })
+    .await;
+    capture.check(
+        get(&ns, "clustermirror", "dr"),
+        "paused",
+        "Suspended",
+        "Paused: all 2 partitions PAUSED",
+    );
+
+    // Failed over: Healthy, and the message says so.
+    s.patch_topic("orders", json!({"state": "Stopped"})).await;
+    let wait = kubectl(&[
+        "wait",
+        "-n",
+        &ns,
+        "--for=condition=Ready",
+        "mirrortopic/orders",
+        "--timeout=120s",
+    ]);
+    assert!(
+        wait.status.success(),
+        "{}",
+        String::from_utf8_lossy(&wait.stderr)
+    );
+    let t = s.topic("orders").await.unwrap();
+    assert!(
+        all_partitions(&t, PartitionState::Stopped, 2),
+        "{:?}",
+        t.status
+    );
+    capture.check(
+        get(&ns, "mirrortopic", "orders"),
+        "stopped",
+        "Healthy",
+        "Failed over: all 2 partitions STOPPED",
+    );
+    s.wait_mirror("dr", "2 stopped", Duration::from_secs(60), |m| {
+        m.status
+            .as_ref()
+            .is_some_and(|st| st.partitions.stopped == 2)
+    })
+    .await;
+    capture.check(
+        get(&ns, "clustermirror", "dr"),
+        "stopped",
+        "Healthy",
+        "Failed over: all 2 partitions STOPPED",
+    );
+
+    // A mirror whose source cannot be reached: Degraded, saying why.
+    let mut spec = Scenario::mirror_spec(bed);
+    spec["source"]["bootstrapServers"] = json!("127.0.0.1:1");
+    s.apply_mirror("unreachable", spec).await;
+    s.wait_mirror(
+        "unreachable",
+        "ClusterUnavailable",
+        Duration::from_secs(90),
+        |m| {
+            m.status.as_ref().is_some_and(|st| {
+                st.conditions
+                    .iter()
+                    .any(|c| c.type_ == "Ready" && c.reason == "ClusterUnavailable")
+            })
+        },
+    )
+    .await;
+    capture.check(
+        get(&ns, "clustermirror", "unreachable"),
+        "unreachable",
+        "Degraded",
+        "ClusterUnavailable: source:",
+    );
+    capture.finish();
+    s.cleanup().await;
+}
