@@ -300,8 +300,6 @@ pub fn verify_crc(batch: &[u8]) -> Result<BatchHeader, BatchError> {
 /// How a batch is rewritten for the destination.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Rewrite {
-    /// The base offset written into the batch (the broker assigns the real one).
-    pub base_offset: i64,
     /// The destination producer's id.
     pub producer_id: i64,
     /// The destination producer's epoch.
@@ -317,8 +315,9 @@ pub fn next_sequence(base_sequence: i32, record_count: i32) -> i32 {
     (next % (i32::MAX as i64 + 1)) as i32
 }
 
-/// Rewrites the batch at the start of `batch` in place for the destination: base offset,
-/// partition leader epoch (-1, the broker sets it), producer id/epoch, base sequence, and clears
+/// Rewrites the batch at the start of `batch` in place for the destination: base offset 0 (the
+/// broker assigns offsets and, since Kafka 4, refuses any other base offset from a client),
+/// partition leader epoch -1 (the broker sets it), producer id/epoch, base sequence, and clears
 /// the transactional and delete-horizon bits; the codec, timestamp type, timestamps, records and
 /// counts stay. The source CRC is verified first (a corrupt batch is never re-signed), then the
 /// CRC is recomputed. Returns the new header.
@@ -331,7 +330,7 @@ pub fn rewrite_in_place(batch: &mut [u8], rewrite: &Rewrite) -> Result<BatchHead
     }
     let size = header.size();
     let batch = &mut batch[..size];
-    batch[0..8].copy_from_slice(&rewrite.base_offset.to_be_bytes());
+    batch[0..8].copy_from_slice(&0i64.to_be_bytes());
     batch[12..16].copy_from_slice(&(-1i32).to_be_bytes());
     let attributes = header.attributes & !(TRANSACTIONAL_BIT | DELETE_HORIZON_BIT);
     batch[ATTRIBUTES_AT..ATTRIBUTES_AT + 2].copy_from_slice(&attributes.to_be_bytes());
@@ -450,6 +449,16 @@ impl Iterator for RecordBatches {
     }
 }
 
+impl RawEntry {
+    /// The entry's bytes.
+    pub fn bytes(&self) -> &Bytes {
+        match self {
+            RawEntry::Batch(b) => &b.bytes,
+            RawEntry::Legacy(m) => &m.bytes,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -521,7 +530,6 @@ mod tests {
         let out = rewrite(
             &b,
             &Rewrite {
-                base_offset: 42,
                 producer_id: 77,
                 producer_epoch: 5,
                 base_sequence: 9,
@@ -529,7 +537,7 @@ mod tests {
         )
         .unwrap();
         let h = verify_crc(&out).unwrap();
-        assert_eq!(h.base_offset, 42);
+        assert_eq!(h.base_offset, 0);
         assert_eq!(h.partition_leader_epoch, -1);
         assert_eq!(
             (h.producer_id, h.producer_epoch, h.base_sequence),
@@ -548,7 +556,6 @@ mod tests {
         let last = b.len() - 2;
         b[last] ^= 0xff;
         let rw = Rewrite {
-            base_offset: 0,
             producer_id: 1,
             producer_epoch: 0,
             base_sequence: 0,
@@ -609,7 +616,7 @@ mod tests {
             }))]
         ));
         assert!(matches!(
-            BatchHeader::parse(&entries[0].as_ref().unwrap().bytes()),
+            BatchHeader::parse(entries[0].as_ref().unwrap().bytes()),
             Err(BatchError::Magic { magic: 1, .. })
         ));
     }
@@ -631,15 +638,5 @@ mod tests {
         h.record_count = 0;
         h.last_offset_delta = 0;
         assert!(!h.is_dense(), "empty");
-    }
-}
-
-impl RawEntry {
-    /// The entry's bytes.
-    pub fn bytes(&self) -> &Bytes {
-        match self {
-            RawEntry::Batch(b) => &b.bytes,
-            RawEntry::Legacy(m) => &m.bytes,
-        }
     }
 }

@@ -222,7 +222,7 @@ impl Connection {
             None => Box::new(tcp),
         };
         let mut conn = Connection::start(broker, stream, config);
-        conn.negotiate_versions().await?;
+        conn.negotiate_versions(tls.is_some()).await?;
         if let Some(mechanism) = &config.sasl {
             conn.expires_at = crate::sasl::authenticate(&conn, mechanism, tokens).await?;
         }
@@ -369,7 +369,7 @@ impl Connection {
     }
 
     /// Asks the broker for its API versions (v3, or v0 when it refuses v3).
-    async fn negotiate_versions(&mut self) -> Result<(), WireError> {
+    async fn negotiate_versions(&mut self, tls: bool) -> Result<(), WireError> {
         let request = ApiVersionsRequest::default()
             .with_client_software_name(StrBytes::from_static_str("kmirror-wire"))
             .with_client_software_version(StrBytes::from_static_str(env!("CARGO_PKG_VERSION")));
@@ -388,6 +388,15 @@ impl Connection {
                 .await;
         }
         let response: ApiVersionsResponse = response.map_err(|e| match e {
+            // TLS 1.3 servers check the client certificate after the handshake completed: the
+            // first request meets an alert (or a reset, when the write loses the race).
+            WireError::Disconnected { reason, .. } if tls => WireError::Tls {
+                broker: self.broker().to_string(),
+                reason: format!(
+                    "the broker ended the TLS session ({reason}); is a client certificate \
+                     required, or not trusted by the broker?"
+                ),
+            },
             WireError::Disconnected { reason, .. } => WireError::ApiVersions {
                 broker: self.broker().to_string(),
                 reason: format!(
@@ -524,6 +533,10 @@ async fn read_frame(
             std::io::ErrorKind::UnexpectedEof => "the broker closed the connection".to_string(),
             _ => format!("read failed: {e}"),
         })?;
+    // A TLS record header (alert or handshake, version 3.x) where a Kafka size should be.
+    if matches!(size, [0x15 | 0x16, 0x03, 0x00..=0x04, _]) {
+        return Err("the listener answered with TLS; use security.protocol SSL or SASL_SSL".into());
+    }
     let size = i32::from_be_bytes(size);
     if size < 0 || size as usize > max_frame {
         return Err(format!(

@@ -24,6 +24,7 @@ mod metadata;
 mod oauth;
 mod offsets;
 mod produce;
+mod properties;
 pub mod records;
 mod sasl;
 mod scram;
@@ -37,3 +38,4 @@ pub use fetch::{AbortedTransaction, FetchOptions, FetchPartition, FetchedPartiti
 pub use metadata::{Broker, ClusterMetadata, PartitionMetadata, TopicMetadata};
 pub use offsets::{ListedOffset, OffsetSpec};
 pub use produce::{InFlightProduce, ProduceOptions, Produced, ProducerIdentity};
+pub use properties::IGNORED_TUNING_KEYS;

@@ -48,8 +48,37 @@ pub struct ListedOffset {
 }
 
 impl Client {
-    /// Looks up offsets of `topic` partitions at their leaders.
+    /// Looks up offsets of `topic` partitions at their leaders; the answers come in the order of
+    /// `partitions`, which may name a partition more than once (e.g. earliest and latest).
     pub async fn list_offsets(
+        &self,
+        topic: &str,
+        partitions: &[(i32, OffsetSpec)],
+        isolation: Isolation,
+    ) -> Result<Vec<ListedOffset>, WireError> {
+        // A request may name each partition once: repeated partitions go in later rounds.
+        let mut rounds: Vec<Vec<(usize, i32, OffsetSpec)>> = Vec::new();
+        for (i, &(partition, spec)) in partitions.iter().enumerate() {
+            match rounds
+                .iter_mut()
+                .find(|r| r.iter().all(|&(_, p, _)| p != partition))
+            {
+                Some(round) => round.push((i, partition, spec)),
+                None => rounds.push(vec![(i, partition, spec)]),
+            }
+        }
+        let mut out: Vec<Option<ListedOffset>> = vec![None; partitions.len()];
+        for round in rounds {
+            let asked: Vec<(i32, OffsetSpec)> = round.iter().map(|&(_, p, s)| (p, s)).collect();
+            let answers = self.list_offsets_once(topic, &asked, isolation).await?;
+            for (i, partition, _) in round {
+                out[i] = answers.iter().find(|a| a.partition == partition).copied();
+            }
+        }
+        Ok(out.into_iter().flatten().collect())
+    }
+
+    async fn list_offsets_once(
         &self,
         topic: &str,
         partitions: &[(i32, OffsetSpec)],

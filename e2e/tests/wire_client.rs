@@ -1,0 +1,902 @@
+//! The wire client (kmirror-wire) against the real brokers: every listener and mechanism, clear
+//! errors for wrong credentials, raw batches of every codec copied by header rewrite and read
+//! back with librdkafka, transactions with aborts, pipelined batches, broker-side deduplication,
+//! and recovery from a lost connection.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use bytes::Bytes;
+use kmirror_e2e::Testbed;
+use kmirror_e2e::kafka::{
+    DestUser, TestRecord, create_topic, mixed_records, produce_all, read_all, unique_name,
+};
+use kmirror_wire::batch::{self, next_sequence};
+use kmirror_wire::records::decode_batch;
+use kmirror_wire::{
+    BatchHeader, Client, Codec, FetchOptions, FetchPartition, FetchedPartition, Isolation,
+    KafkaCode, OffsetSpec, ProduceOptions, ProducerIdentity, RawBatch, RawEntry, Rewrite,
+    WireConfig, WireError,
+};
+use rdkafka::ClientConfig;
+
+/// The same settings for the wire client (`config_map` masks secrets, so values come from `get`).
+fn wire_config(c: &ClientConfig) -> WireConfig {
+    let pairs = c
+        .config_map()
+        .into_keys()
+        .map(|k| (k, c.get(k).unwrap_or_default()));
+    WireConfig::from_pairs(pairs).expect("the bed's client settings parse")
+}
+
+async fn client(c: &ClientConfig) -> Client {
+    Client::connect(wire_config(c))
+        .await
+        .unwrap_or_else(|e| panic!("connecting with {:?}: {e}", c.get("bootstrap.servers")))
+}
+
+fn records(n: usize, seed: u64) -> Vec<TestRecord> {
+    mixed_records(n, 1, 0, seed)
+}
+
+/// Every complete batch of partition 0 from `from` up to the high watermark.
+async fn fetch_all(
+    client: &Client,
+    topic: &str,
+    from: i64,
+    isolation: Isolation,
+) -> (Vec<RawEntry>, Vec<FetchedPartition>) {
+    let options = FetchOptions {
+        isolation,
+        max_wait: Duration::from_millis(100),
+        ..FetchOptions::default()
+    };
+    let mut entries = Vec::new();
+    let mut responses = Vec::new();
+    let mut offset = from;
+    for _ in 0..1000 {
+        let mut fetched = client
+            .fetch(topic, &[FetchPartition::new(0, offset)], &options)
+            .await
+            .expect("fetch");
+        let p = fetched.pop().expect("one partition");
+        assert_eq!(p.error, KafkaCode::NONE, "fetch {topic} at {offset}");
+        let end = match isolation {
+            Isolation::ReadCommitted => p.last_stable_offset,
+            Isolation::ReadUncommitted => p.high_watermark,
+        };
+        for entry in p.batches() {
+            let entry = entry.expect("well-formed batch");
+            if let RawEntry::Batch(b) = &entry {
+                offset = b.header.next_offset();
+            }
+            entries.push(entry);
+        }
+        responses.push(p);
+        if offset >= end {
+            return (entries, responses);
+        }
+    }
+    panic!("fetching {topic} did not reach its end");
+}
+
+fn v2(entries: &[RawEntry]) -> Vec<RawBatch> {
+    entries
+        .iter()
+        .map(|e| match e {
+            RawEntry::Batch(b) => b.clone(),
+            RawEntry::Legacy(m) => panic!("unexpected magic {} message", m.magic),
+        })
+        .collect()
+}
+
+/// Destination topic for raw batches: the broker keeps the producer's codec.
+async fn destination_topic(bed: &Testbed, topic: &str) {
+    create_topic(
+        &bed.dest_config(DestUser::Admin),
+        topic,
+        1,
+        &[
+            ("compression.type", "producer"),
+            ("max.message.bytes", "4000000"),
+        ],
+    )
+    .await
+    .expect("destination topic");
+}
+
+fn mirror_config(bed: &Testbed) -> ClientConfig {
+    bed.dest_config_with(DestUser::Mirror, "SCRAM-SHA-512")
+}
+
+/// Rewrites and produces `batches` to `topic`-0 with at most five in flight; returns the
+/// offsets the broker assigned and the sequence after the last batch.
+async fn copy_batches(
+    dest: &Client,
+    topic: &str,
+    producer: ProducerIdentity,
+    first_sequence: i32,
+    batches: &[RawBatch],
+) -> (Vec<i64>, i32) {
+    let mut sequence = first_sequence;
+    let mut offsets = Vec::new();
+    let mut in_flight = std::collections::VecDeque::new();
+    for b in batches {
+        let rewritten = batch::rewrite(
+            &b.bytes,
+            &Rewrite {
+                producer_id: producer.id,
+                producer_epoch: producer.epoch,
+                base_sequence: sequence,
+            },
+        )
+        .expect("rewrite");
+        sequence = next_sequence(sequence, b.header.record_count);
+        if in_flight.len() == 5 {
+            let pending: kmirror_wire::InFlightProduce = in_flight.pop_front().unwrap();
+            offsets.push(pending.wait().await.expect("produce").base_offset);
+        }
+        in_flight.push_back(
+            dest.send_produce(topic, 0, rewritten, &ProduceOptions::default())
+                .await
+                .expect("send"),
+        );
+    }
+    for pending in in_flight {
+        offsets.push(pending.wait().await.expect("produce").base_offset);
+    }
+    (offsets, sequence)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wire_connects_to_every_listener() {
+    let bed = Testbed::get();
+    let mut listeners: Vec<(&str, ClientConfig, ClientConfig)> = vec![
+        ("source PLAINTEXT", bed.source_config(), bed.source_config()),
+        (
+            "source SASL_SSL SCRAM-SHA-512",
+            bed.source_sasl_ssl_config(),
+            bed.source_config(),
+        ),
+        ("source mTLS", bed.source_mtls_config(), bed.source_config()),
+        (
+            "destination PLAIN",
+            bed.dest_config_with(DestUser::Mirror, "PLAIN"),
+            bed.dest_config(DestUser::Admin),
+        ),
+        (
+            "destination SCRAM-SHA-256",
+            bed.dest_config_with(DestUser::Mirror, "SCRAM-SHA-256"),
+            bed.dest_config(DestUser::Admin),
+        ),
+        (
+            "destination SCRAM-SHA-512",
+            bed.dest_config_with(DestUser::Mirror, "SCRAM-SHA-512"),
+            bed.dest_config(DestUser::Admin),
+        ),
+        (
+            "destination OAUTHBEARER",
+            bed.dest_oauth_config(DestUser::Mirror),
+            bed.dest_config(DestUser::Admin),
+        ),
+    ];
+    for var in ["KMIRROR_COMPAT39_BOOTSTRAP", "KMIRROR_COMPAT28_BOOTSTRAP"] {
+        match bed.opt_var(var) {
+            Some(bootstrap) => {
+                let mut c = ClientConfig::new();
+                c.set("bootstrap.servers", bootstrap);
+                listeners.push((var, c.clone(), c));
+            }
+            None => eprintln!("{var} is not running; skipped"),
+        }
+    }
+    for (name, wire, admin) in listeners {
+        let topic = unique_name("wire-listener");
+        create_topic(&admin, &topic, 2, &[]).await.expect(name);
+        produce_all(&admin, &topic, &records(7, 1), &[]).expect(name);
+        let c = client(&wire).await;
+        assert!(
+            c.cluster_id().is_some() || name.contains("28"),
+            "{name}: cluster id"
+        );
+        let t = c
+            .topic(&topic)
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(t.partitions.len(), 2, "{name}");
+        assert!(
+            t.partitions.values().all(|p| p.leader >= 0),
+            "{name}: leaders"
+        );
+        let offsets = c
+            .list_offsets(
+                &topic,
+                &[(0, OffsetSpec::Earliest), (0, OffsetSpec::Latest)],
+                Isolation::ReadCommitted,
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let found: Vec<(KafkaCode, i64)> = offsets.iter().map(|o| (o.error, o.offset)).collect();
+        assert_eq!(
+            found,
+            vec![(KafkaCode::NONE, 0), (KafkaCode::NONE, 7)],
+            "{name}: earliest and latest"
+        );
+        let fetched = c
+            .fetch(
+                &topic,
+                &[FetchPartition::new(0, 0)],
+                &FetchOptions::default(),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let count: i32 = fetched[0]
+            .batches()
+            .map(|b| match b.expect(name) {
+                RawEntry::Batch(b) => b.header.record_count,
+                RawEntry::Legacy(_) => 1,
+            })
+            .sum();
+        assert_eq!(count, 7, "{name}: fetched records");
+        eprintln!("{name}: ok ({} brokers)", c.metadata().brokers.len());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wire_reports_wrong_credentials_clearly() {
+    let bed = Testbed::get();
+    let wrong = "not-the-password-42";
+    for mechanism in ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] {
+        let mut c = bed.dest_config_with(DestUser::Mirror, mechanism);
+        c.set("sasl.password", wrong);
+        let err = Client::connect(wire_config(&c))
+            .await
+            .err()
+            .expect(mechanism);
+        let text = err.to_string();
+        assert!(
+            matches!(err, WireError::SaslAuthenticate { .. }),
+            "{mechanism}: {text}"
+        );
+        assert!(
+            text.contains(mechanism) && text.contains("mirror"),
+            "{text}"
+        );
+        assert!(!text.contains(wrong), "the password leaked: {text}");
+        eprintln!("{mechanism}: {text}");
+    }
+    let mut c = bed.source_sasl_ssl_config();
+    c.set("sasl.password", wrong);
+    let err = Client::connect(wire_config(&c))
+        .await
+        .err()
+        .expect("SASL_SSL");
+    assert!(matches!(err, WireError::SaslAuthenticate { .. }), "{err}");
+
+    let mut c = bed.dest_oauth_config(DestUser::Mirror);
+    c.set("sasl.oauthbearer.client.secret", wrong);
+    let err = Client::connect(wire_config(&c)).await.err().expect("OAuth");
+    let text = err.to_string();
+    assert!(matches!(err, WireError::OAuthToken { .. }), "{text}");
+    assert!(
+        text.contains("401") && text.contains("invalid_client"),
+        "{text}"
+    );
+    assert!(!text.contains(wrong), "{text}");
+    eprintln!("OAUTHBEARER: {text}");
+
+    // A CA that did not sign the broker's certificate (the system store).
+    let mut c = bed.source_mtls_config();
+    c.remove("ssl.ca.location");
+    let err = Client::connect(wire_config(&c))
+        .await
+        .err()
+        .expect("unknown CA");
+    assert!(matches!(err, WireError::Tls { .. }), "{err}");
+    eprintln!("unknown CA: {err}");
+
+    // mTLS listener without a client certificate.
+    let mut c = bed.source_mtls_config();
+    c.remove("ssl.certificate.location")
+        .remove("ssl.key.location");
+    let err = Client::connect(wire_config(&c))
+        .await
+        .err()
+        .expect("no client cert");
+    eprintln!("no client certificate: {err}");
+    assert!(matches!(err, WireError::Tls { .. }), "{err}");
+    assert!(err.to_string().contains("client certificate"), "{err}");
+
+    // Plaintext client on the TLS listener.
+    let mut c = ClientConfig::new();
+    c.set(
+        "bootstrap.servers",
+        bed.var("KMIRROR_SOURCE_MTLS_BOOTSTRAP"),
+    )
+    .set("socket.connection.setup.timeout.ms", "5000");
+    let err = Client::connect(wire_config(&c))
+        .await
+        .err()
+        .expect("wrong protocol");
+    eprintln!("PLAINTEXT on the TLS port: {err}");
+    assert!(matches!(err, WireError::ApiVersions { .. }), "{err}");
+    assert!(err.to_string().contains("SSL"), "names the fix: {err}");
+
+    // A SASL mechanism the listener does not offer.
+    let mut c = bed.source_sasl_ssl_config();
+    c.set("sasl.mechanism", "PLAIN");
+    let err = Client::connect(wire_config(&c))
+        .await
+        .err()
+        .expect("mechanism");
+    let text = err.to_string();
+    assert!(matches!(err, WireError::SaslHandshake { .. }), "{text}");
+    assert!(
+        text.contains("SCRAM-SHA-512"),
+        "names what is offered: {text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wire_copies_raw_batches_of_every_codec() {
+    let bed = Testbed::get();
+    let source = client(&bed.source_config()).await;
+    let dest = client(&mirror_config(bed)).await;
+    for (codec_name, codec) in [
+        ("lz4", Codec::Lz4),
+        ("zstd", Codec::Zstd),
+        ("gzip", Codec::Gzip),
+        ("snappy", Codec::Snappy),
+    ] {
+        let topic = unique_name(&format!("wire-codec-{codec_name}"));
+        create_topic(&bed.source_config(), &topic, 1, &[])
+            .await
+            .unwrap();
+        destination_topic(bed, &topic).await;
+        let produced = records(3000, 7);
+        produce_all(
+            &bed.source_config(),
+            &topic,
+            &produced,
+            &[("compression.type", codec_name), ("linger.ms", "50")],
+        )
+        .unwrap();
+
+        let (entries, _) = fetch_all(&source, &topic, 0, Isolation::ReadCommitted).await;
+        let batches = v2(&entries);
+        assert!(batches.len() > 1, "{codec_name}: several batches");
+        let mut next = 0;
+        let mut decoded = Vec::new();
+        for b in &batches {
+            let h = batch::verify_crc(&b.bytes).expect("source CRC");
+            assert_eq!(h, b.header);
+            assert_eq!(h.base_offset, next, "{codec_name}: batches are contiguous");
+            assert_eq!(h.magic, 2);
+            assert_eq!(h.codec(), codec, "{codec_name}");
+            assert!(h.is_dense() && !h.is_transactional() && !h.is_control());
+            assert!(h.producer_id >= 0, "rdkafka's idempotent producer id");
+            assert!(h.max_timestamp >= h.base_timestamp);
+            next = h.next_offset();
+            decoded.extend(decode_batch(&b.bytes).expect("decode").1);
+        }
+        assert_eq!(next, 3000);
+        for (r, want) in decoded.iter().zip(&produced) {
+            assert_eq!(r.key.as_deref(), want.key.as_deref());
+            assert_eq!(r.value.as_deref(), want.value.as_deref());
+            let headers: Vec<(String, Vec<u8>)> = r
+                .headers
+                .iter()
+                .map(|h| {
+                    (
+                        String::from_utf8(h.key.to_vec()).unwrap(),
+                        h.value.clone().unwrap_or_default().to_vec(),
+                    )
+                })
+                .collect();
+            assert_eq!(headers, want.headers);
+        }
+
+        let producer = dest.init_producer_id().await.expect("producer id");
+        let (offsets, _) = copy_batches(&dest, &topic, producer, 0, &batches).await;
+        let expected: Vec<i64> = batches.iter().map(|b| b.header.base_offset).collect();
+        assert_eq!(offsets, expected, "{codec_name}: identical offsets");
+
+        // The destination stored the batches as they were: codec and record counts.
+        let (dest_entries, _) = fetch_all(&dest, &topic, 0, Isolation::ReadCommitted).await;
+        let dest_batches = v2(&dest_entries);
+        let shape = |bs: &[RawBatch]| -> Vec<(i64, i32, Codec)> {
+            bs.iter()
+                .map(|b| {
+                    (
+                        b.header.base_offset,
+                        b.header.record_count,
+                        b.header.codec(),
+                    )
+                })
+                .collect()
+        };
+        assert_eq!(shape(&dest_batches), shape(&batches), "{codec_name}");
+        assert!(
+            dest_batches
+                .iter()
+                .all(|b| b.header.producer_id == producer.id)
+        );
+
+        // librdkafka reads the same records at the same offsets.
+        let src = read_all(&bed.source_config(), &topic, 0, "read_committed").unwrap();
+        let dst = read_all(
+            &bed.dest_config(DestUser::Admin),
+            &topic,
+            0,
+            "read_committed",
+        )
+        .unwrap();
+        assert_eq!(src.len(), 3000);
+        assert_eq!(
+            src, dst,
+            "{codec_name}: key, value, headers, timestamp and offset"
+        );
+        eprintln!(
+            "{codec_name}: {} batches, {} bytes copied",
+            batches.len(),
+            batches.iter().map(|b| b.bytes.len()).sum::<usize>()
+        );
+    }
+}
+
+/// Produces transactions with rdkafka: (records, commit?) each.
+fn transactions(config: &ClientConfig, topic: &str, txns: &[(usize, bool)]) {
+    use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+    let producer: ThreadedProducer<DefaultProducerContext> = config
+        .clone()
+        .set("transactional.id", unique_name("wire-txn"))
+        .set("compression.type", "lz4")
+        .create()
+        .unwrap();
+    let t = Duration::from_secs(30);
+    producer.init_transactions(t).unwrap();
+    let mut n = 0;
+    for &(count, commit) in txns {
+        producer.begin_transaction().unwrap();
+        for _ in 0..count {
+            let value = format!("txn-record-{n}");
+            n += 1;
+            producer
+                .send(
+                    BaseRecord::<(), str>::to(topic)
+                        .partition(0)
+                        .payload(&value),
+                )
+                .map_err(|(e, _)| e)
+                .unwrap();
+        }
+        producer.flush(t).unwrap();
+        if commit {
+            producer.commit_transaction(t).unwrap();
+        } else {
+            producer.abort_transaction(t).unwrap();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wire_sees_transactions_and_aborts() {
+    let bed = Testbed::get();
+    let topic = unique_name("wire-txn");
+    create_topic(&bed.source_config(), &topic, 1, &[])
+        .await
+        .unwrap();
+    transactions(
+        &bed.source_config(),
+        &topic,
+        &[(5, true), (3, false), (4, true)],
+    );
+    let source = client(&bed.source_config()).await;
+
+    // 5 records + commit marker, 3 aborted + abort marker, 4 + commit marker.
+    let latest = |isolation| {
+        let source = source.clone();
+        let topic = topic.clone();
+        async move {
+            source
+                .list_offsets(&topic, &[(0, OffsetSpec::Latest)], isolation)
+                .await
+                .unwrap()[0]
+                .offset
+        }
+    };
+    assert_eq!(
+        latest(Isolation::ReadCommitted).await,
+        15,
+        "last stable offset"
+    );
+    assert_eq!(
+        latest(Isolation::ReadUncommitted).await,
+        15,
+        "high watermark"
+    );
+
+    let (committed, responses) = fetch_all(&source, &topic, 0, Isolation::ReadCommitted).await;
+    let aborted: Vec<_> = responses.iter().flat_map(|r| r.aborted.clone()).collect();
+    assert_eq!(aborted.len(), 1, "one aborted transaction: {aborted:?}");
+    assert_eq!(aborted[0].first_offset, 6);
+    let batches = v2(&committed);
+    let shape: Vec<(i64, i32, bool, bool)> = batches
+        .iter()
+        .map(|b| {
+            let h = &b.header;
+            (
+                h.base_offset,
+                h.record_count,
+                h.is_transactional(),
+                h.is_control(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        shape,
+        vec![
+            (0, 5, true, false),
+            (5, 1, true, true),
+            (6, 3, true, false),
+            (9, 1, true, true),
+            (10, 4, true, false),
+            (14, 1, true, true),
+        ],
+        "the aborted batch is returned under read_committed, listed as aborted"
+    );
+    assert_eq!(aborted[0].producer_id, batches[2].header.producer_id);
+    let (_, markers) = decode_batch(&batches[3].bytes).unwrap();
+    assert_eq!(
+        markers[0].control_type(),
+        Some(kmirror_wire::records::ControlType::Abort)
+    );
+    let (_, markers) = decode_batch(&batches[1].bytes).unwrap();
+    assert_eq!(
+        markers[0].control_type(),
+        Some(kmirror_wire::records::ControlType::Commit)
+    );
+    let (_, responses) = fetch_all(&source, &topic, 0, Isolation::ReadUncommitted).await;
+    assert!(responses.iter().all(|r| r.aborted.is_empty()));
+
+    // Committed data batches rewrite into plain idempotent batches; control batches refuse.
+    let rw = Rewrite {
+        producer_id: 1,
+        producer_epoch: 0,
+        base_sequence: 0,
+    };
+    let out = batch::rewrite(&batches[0].bytes, &rw).unwrap();
+    let h = BatchHeader::parse(&out).unwrap();
+    assert!(!h.is_transactional());
+    assert!(matches!(
+        batch::rewrite(&batches[1].bytes, &rw),
+        Err(kmirror_wire::BatchError::Control { base_offset: 5 })
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wire_pipelines_batches_and_the_broker_deduplicates_resends() {
+    let bed = Testbed::get();
+    let topic = unique_name("wire-seq");
+    destination_topic(bed, &topic).await;
+    let dest = client(&mirror_config(bed)).await;
+    let producer = dest.init_producer_id().await.unwrap();
+    let batches: Vec<Bytes> = (0..6)
+        .map(|i| {
+            let recs: Vec<_> = (0..10)
+                .map(|j| kmirror_wire::records::Record {
+                    offset: 0,
+                    timestamp: 1_700_000_000_000 + j,
+                    key: Some(Bytes::from(format!("k{i}-{j}"))),
+                    value: Some(Bytes::from(format!("v{i}-{j}"))),
+                    headers: vec![],
+                })
+                .collect();
+            kmirror_wire::records::encode_batch(
+                &recs,
+                Codec::Lz4,
+                0,
+                kmirror_wire::records::BatchProducer {
+                    producer_id: producer.id,
+                    producer_epoch: producer.epoch,
+                    base_sequence: i * 10,
+                },
+            )
+            .unwrap()
+        })
+        .collect();
+    // Five in flight, then the sixth.
+    let mut in_flight = Vec::new();
+    for b in &batches[..5] {
+        in_flight.push(
+            dest.send_produce(&topic, 0, b.clone(), &ProduceOptions::default())
+                .await
+                .unwrap(),
+        );
+    }
+    let mut offsets = Vec::new();
+    for p in in_flight {
+        offsets.push(p.wait().await.unwrap().base_offset);
+    }
+    assert_eq!(offsets, vec![0, 10, 20, 30, 40]);
+    let produced = dest
+        .produce(&topic, 0, batches[5].clone(), &ProduceOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(produced.base_offset, 50);
+
+    // The same batch again: a duplicate, answered with its original offset, not appended.
+    let again = dest
+        .produce(&topic, 0, batches[4].clone(), &ProduceOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        again.base_offset, 40,
+        "duplicate answered with the first offset"
+    );
+    let end = dest
+        .list_offsets(
+            &topic,
+            &[(0, OffsetSpec::Latest)],
+            Isolation::ReadUncommitted,
+        )
+        .await
+        .unwrap();
+    assert_eq!(end[0].offset, 60, "nothing appended twice");
+
+    // A gap in the sequence is refused.
+    let skipped = kmirror_wire::batch::rewrite(
+        &batches[0],
+        &Rewrite {
+            producer_id: producer.id,
+            producer_epoch: producer.epoch,
+            base_sequence: 70,
+        },
+    )
+    .unwrap();
+    let err = dest
+        .produce(&topic, 0, skipped, &ProduceOptions::default())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            WireError::Produce {
+                error: KafkaCode::OUT_OF_ORDER_SEQUENCE_NUMBER,
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wire_reports_fetch_and_produce_errors() {
+    let bed = Testbed::get();
+    let source = client(&bed.source_config()).await;
+    let topic = unique_name("wire-errors");
+    create_topic(&bed.source_config(), &topic, 1, &[])
+        .await
+        .unwrap();
+    produce_all(&bed.source_config(), &topic, &records(3, 2), &[]).unwrap();
+    let fetched = source
+        .fetch(
+            &topic,
+            &[FetchPartition::new(0, 100)],
+            &FetchOptions::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(fetched[0].error, KafkaCode::OFFSET_OUT_OF_RANGE);
+    assert_eq!(
+        fetched[0].high_watermark, -1,
+        "no watermark with this error"
+    );
+
+    let err = source.topic("wire-no-such-topic").await.unwrap_err();
+    assert!(
+        err.to_string().contains("UNKNOWN_TOPIC_OR_PARTITION"),
+        "{err}"
+    );
+
+    // A batch over the destination topic's max.message.bytes.
+    let dest_topic = unique_name("wire-small");
+    create_topic(
+        &bed.dest_config(DestUser::Admin),
+        &dest_topic,
+        1,
+        &[("max.message.bytes", "2000")],
+    )
+    .await
+    .unwrap();
+    let dest = client(&mirror_config(bed)).await;
+    let producer = dest.init_producer_id().await.unwrap();
+    let big = kmirror_wire::records::encode_batch(
+        &[kmirror_wire::records::Record {
+            offset: 0,
+            timestamp: 1_700_000_000_000,
+            key: None,
+            value: Some(Bytes::from(vec![7u8; 5000])),
+            headers: vec![],
+        }],
+        Codec::None,
+        0,
+        kmirror_wire::records::BatchProducer {
+            producer_id: producer.id,
+            producer_epoch: producer.epoch,
+            base_sequence: 0,
+        },
+    )
+    .unwrap();
+    let err = dest
+        .produce(&dest_topic, 0, big, &ProduceOptions::default())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            WireError::Produce {
+                error: KafkaCode::MESSAGE_TOO_LARGE,
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
+
+/// Local ports of this process's TCP connections to `port` (from `ss -tnp`).
+fn own_connections(port: u16) -> Vec<String> {
+    let out = std::process::Command::new("ss")
+        .args([
+            "-tnpH",
+            "state",
+            "established",
+            &format!("( dport = :{port} )"),
+        ])
+        .output()
+        .expect("ss");
+    let me = format!("pid={},", std::process::id());
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.contains(&me))
+        .filter_map(|l| l.split_whitespace().nth(2).map(str::to_string))
+        .collect()
+}
+
+/// Kills this process's connections to `port` (`ss -K`: the kernel aborts the sockets).
+fn kill_connections(port: u16) -> usize {
+    let local = own_connections(port);
+    for address in &local {
+        let status = std::process::Command::new("ss")
+            .args([
+                "-K",
+                "-tn",
+                "src",
+                address,
+                "dport",
+                "=",
+                &format!(":{port}"),
+            ])
+            .output()
+            .expect("ss -K");
+        assert!(status.status.success(), "ss -K failed");
+    }
+    local.len()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wire_recovers_from_a_lost_connection() {
+    let bed = Testbed::get();
+    let topic = unique_name("wire-lost");
+    destination_topic(bed, &topic).await;
+    let dest = client(&mirror_config(bed)).await;
+    let producer = dest.init_producer_id().await.unwrap();
+    let port: u16 = bed
+        .dest_bootstrap()
+        .rsplit_once(':')
+        .unwrap()
+        .1
+        .parse()
+        .unwrap();
+    let batches: Vec<Bytes> = (0..5)
+        .map(|i| {
+            let recs: Vec<_> = (0..100)
+                .map(|j| kmirror_wire::records::Record {
+                    offset: 0,
+                    timestamp: 1_700_000_000_000 + j,
+                    key: None,
+                    value: Some(Bytes::from(format!("value {i}/{j}").repeat(20))),
+                    headers: vec![],
+                })
+                .collect();
+            kmirror_wire::records::encode_batch(
+                &recs,
+                Codec::Zstd,
+                0,
+                kmirror_wire::records::BatchProducer {
+                    producer_id: producer.id,
+                    producer_epoch: producer.epoch,
+                    base_sequence: i * 100,
+                },
+            )
+            .unwrap()
+        })
+        .collect();
+    // A long poll on the empty partition is outstanding when the connection dies.
+    let poll = {
+        let dest = dest.clone();
+        let topic = topic.clone();
+        tokio::spawn(async move {
+            dest.fetch(
+                &topic,
+                &[FetchPartition::new(0, 0)],
+                &FetchOptions {
+                    max_wait: Duration::from_secs(20),
+                    min_bytes: 1_000_000_000,
+                    ..FetchOptions::default()
+                },
+            )
+            .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut in_flight = Vec::new();
+    for b in &batches {
+        in_flight.push(
+            dest.send_produce(&topic, 0, b.clone(), &ProduceOptions::default())
+                .await
+                .unwrap(),
+        );
+    }
+    let killed = kill_connections(port);
+    assert!(
+        killed >= 1,
+        "the client's connection to the destination was found"
+    );
+    let started = std::time::Instant::now();
+    let err = poll.await.unwrap().unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "failed at once"
+    );
+    assert!(
+        matches!(err, WireError::Disconnected { .. }) && err.is_retriable(),
+        "{err}"
+    );
+    eprintln!("outstanding fetch: {err}");
+    let mut answered = BTreeMap::new();
+    for (i, p) in in_flight.into_iter().enumerate() {
+        match p.wait().await {
+            Ok(p) => {
+                answered.insert(i, p.base_offset);
+            }
+            Err(e) => assert!(e.is_retriable(), "{e}"),
+        }
+    }
+    eprintln!("answered before the loss: {answered:?}");
+    // Resend everything unanswered, unchanged and in order; the broker knows what it has.
+    for (i, b) in batches.iter().enumerate() {
+        if answered.contains_key(&i) {
+            continue;
+        }
+        let p = dest
+            .produce(&topic, 0, b.clone(), &ProduceOptions::default())
+            .await
+            .expect("resend after reconnecting");
+        answered.insert(i, p.base_offset);
+    }
+    assert_eq!(
+        answered.values().copied().collect::<Vec<_>>(),
+        vec![0, 100, 200, 300, 400]
+    );
+    let end = dest
+        .list_offsets(
+            &topic,
+            &[(0, OffsetSpec::Latest)],
+            Isolation::ReadUncommitted,
+        )
+        .await
+        .unwrap();
+    assert_eq!(end[0].offset, 500, "each batch exactly once");
+    assert!(!own_connections(port).is_empty(), "reconnected");
+}
