@@ -11,23 +11,15 @@ use kmirror_e2e::Testbed;
 use kmirror_e2e::kafka::{
     DestUser, TestRecord, create_topic, mixed_records, produce_all, read_all, unique_name,
 };
+use kmirror_e2e::wire::wire_config;
 use kmirror_wire::batch::{self, next_sequence};
 use kmirror_wire::records::decode_batch;
 use kmirror_wire::{
     BatchHeader, Client, Codec, FetchOptions, FetchPartition, FetchedPartition, Isolation,
     KafkaCode, OffsetSpec, ProduceOptions, ProducerIdentity, RawBatch, RawEntry, Rewrite,
-    WireConfig, WireError,
+    WireError,
 };
 use rdkafka::ClientConfig;
-
-/// The same settings for the wire client (`config_map` masks secrets, so values come from `get`).
-fn wire_config(c: &ClientConfig) -> WireConfig {
-    let pairs = c
-        .config_map()
-        .into_keys()
-        .map(|k| (k, c.get(k).unwrap_or_default()));
-    WireConfig::from_pairs(pairs).expect("the bed's client settings parse")
-}
 
 async fn client(c: &ClientConfig) -> Client {
     Client::connect(wire_config(c))

@@ -460,7 +460,7 @@ impl RawEntry {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// A hand-built batch: one record, key "k", value "hello", no compression, producer id
@@ -490,6 +490,69 @@ mod tests {
         let crc = crc32c::crc32c(&b[21..]);
         b[17..21].copy_from_slice(&crc.to_be_bytes());
         b
+    }
+
+    fn hex(s: &str) -> Vec<u8> {
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    /// Batches as Kafka 4.1's Java producer (kafka-console-producer) wrote them and the broker
+    /// stored them: key "k", value "hello" uncompressed at offset 0; key "k", value "world" in
+    /// LZ4 at offset 1. The CRCs are Java's.
+    pub(crate) const JAVA_PLAIN: &str = "00000000000000000000003e000000000255c94d110000000000000000\
+        01a22f3e3c27000001a22f3e3c27000000000000094e0000000000000000000118000000026b0a68656c6c6f00";
+    pub(crate) const JAVA_LZ4: &str = "00000000000000010000004d000000000265983a78000300000000000001\
+        a22f3ef06f000001a22f3ef06f000000000000094f0000000000000000000104224d186040820d000080180000\
+        00026b0a776f726c640000000000";
+    /// The same batches rewritten for producer 77, epoch 5, sequence 9; CRCs computed with a
+    /// bitwise CRC-32C written separately (Python), not with the crc32c crate.
+    const REWRITTEN_PLAIN: &str = "00000000000000000000003effffffff029904ac100000000000000000\
+        01a22f3e3c27000001a22f3e3c27000000000000004d0005000000090000000118000000026b0a68656c6c6f00";
+    const REWRITTEN_LZ4: &str = "00000000000000000000004dffffffff028721015d000300000000000001\
+        a22f3ef06f000001a22f3ef06f000000000000004d0005000000090000000104224d186040820d000080180000\
+        00026b0a776f726c640000000000";
+
+    #[test]
+    fn java_batches_parse_and_rewrite_to_known_bytes() {
+        let plain = hex(JAVA_PLAIN);
+        let h = verify_crc(&plain).expect("Java's CRC");
+        assert_eq!(
+            (h.base_offset, h.length, h.partition_leader_epoch),
+            (0, 62, 0)
+        );
+        assert_eq!(
+            (h.crc, h.codec(), h.record_count, h.last_offset_delta),
+            (0x55c9_4d11, Codec::None, 1, 0)
+        );
+        assert_eq!(
+            (h.producer_id, h.producer_epoch, h.base_sequence),
+            (2382, 0, 0)
+        );
+        assert_eq!(h.base_timestamp, h.max_timestamp);
+        assert_eq!(h.timestamp_type(), TimestampType::CreateTime);
+        let lz4 = hex(JAVA_LZ4);
+        let h = verify_crc(&lz4).expect("Java's CRC");
+        assert_eq!(
+            (h.base_offset, h.codec(), h.record_count, h.producer_id),
+            (1, Codec::Lz4, 1, 2383)
+        );
+
+        let rw = Rewrite {
+            producer_id: 77,
+            producer_epoch: 5,
+            base_sequence: 9,
+        };
+        assert_eq!(
+            rewrite(&plain, &rw).unwrap().as_ref(),
+            hex(REWRITTEN_PLAIN).as_slice()
+        );
+        assert_eq!(
+            rewrite(&lz4, &rw).unwrap().as_ref(),
+            hex(REWRITTEN_LZ4).as_slice()
+        );
     }
 
     #[test]

@@ -341,6 +341,22 @@ mod tests {
     }
 
     #[test]
+    fn java_lz4_batch_decodes() {
+        let bytes: Vec<u8> = (0..crate::batch::tests::JAVA_LZ4.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&crate::batch::tests::JAVA_LZ4[i..i + 2], 16).unwrap())
+            .collect();
+        let (header, records) = decode_batch(&Bytes::from(bytes)).unwrap();
+        assert_eq!(header.codec(), Codec::Lz4);
+        assert_eq!(records.len(), 1);
+        let r = &records[0];
+        assert_eq!((r.offset, r.timestamp), (1, header.base_timestamp));
+        assert_eq!(r.key.as_deref(), Some(&b"k"[..]));
+        assert_eq!(r.value.as_deref(), Some(&b"world"[..]));
+        assert!(r.headers.is_empty());
+    }
+
+    #[test]
     fn varints_match_kafka() {
         // Kafka's ByteUtils zigzag examples.
         for (value, bytes) in [
