@@ -685,6 +685,47 @@ async fn wire_reports_fetch_and_produce_errors() {
         "no watermark with this error"
     );
 
+    // The last fetched epoch reaches the leader: the current one is fine at the log end, one
+    // the log never had cannot be placed (a real divergence needs a leader change, which a
+    // one-broker bed cannot make).
+    let epoch = source.topic(&topic).await.unwrap().partitions[&0].leader_epoch;
+    let at_end = |last_fetched_epoch| FetchPartition {
+        last_fetched_epoch,
+        ..FetchPartition::new(0, 3)
+    };
+    let fetched = source
+        .fetch(
+            &topic,
+            &[at_end(None)],
+            &FetchOptions {
+                max_wait: Duration::from_millis(10),
+                ..FetchOptions::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (fetched[0].error, fetched[0].high_watermark),
+        (KafkaCode::NONE, 3)
+    );
+    for (last, expected) in [
+        (epoch, KafkaCode::NONE),
+        (epoch + 5, KafkaCode::OFFSET_OUT_OF_RANGE),
+    ] {
+        let fetched = source
+            .fetch(
+                &topic,
+                &[at_end(Some(last))],
+                &FetchOptions {
+                    max_wait: Duration::from_millis(10),
+                    ..FetchOptions::default()
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!(fetched[0].error, expected, "last fetched epoch {last}");
+        assert_eq!(fetched[0].diverging_epoch, None);
+    }
     let err = source.topic("wire-no-such-topic").await.unwrap_err();
     assert!(
         err.to_string().contains("UNKNOWN_TOPIC_OR_PARTITION"),

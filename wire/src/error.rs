@@ -258,7 +258,12 @@ impl WireError {
             | WireError::Metadata { .. }
             | WireError::Fetch { .. }
             | WireError::ListOffsets { .. } => true,
-            WireError::Produce { error, .. } => error.is_retriable() || error.is_leader_change(),
+            // Kafka calls CORRUPT_MESSAGE retriable; for a rewritten batch it means the batch
+            // itself is wrong, and sending it again cannot help.
+            WireError::Produce { error, .. } => {
+                *error != KafkaCode::CORRUPT_MESSAGE
+                    && (error.is_retriable() || error.is_leader_change())
+            }
             _ => false,
         }
     }
@@ -304,5 +309,19 @@ mod tests {
             "produce to t-3: OUT_OF_ORDER_SEQUENCE_NUMBER (45)"
         );
         assert!(!e.is_retriable());
+        let corrupt = WireError::Produce {
+            topic: "t".into(),
+            partition: 0,
+            error: KafkaCode::CORRUPT_MESSAGE,
+            message: None,
+        };
+        assert!(!corrupt.is_retriable());
+        let moved = WireError::Produce {
+            topic: "t".into(),
+            partition: 0,
+            error: KafkaCode::NOT_LEADER_OR_FOLLOWER,
+            message: None,
+        };
+        assert!(moved.is_retriable());
     }
 }

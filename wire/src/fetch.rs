@@ -114,7 +114,8 @@ pub struct FetchedPartition {
     pub diverging_epoch: Option<(i32, i64)>,
     /// The leader epoch the request carried (-1: none).
     pub leader_epoch: i32,
-    /// The record batches as the broker stored them (may end with a partial batch).
+    /// The record batches as the broker stored them: the first may start before the fetch offset
+    /// (skip what is below it), the last may be cut off (see [`RecordBatches::partial_tail`]).
     pub records: Bytes,
 }
 

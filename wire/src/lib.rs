@@ -12,6 +12,38 @@
 //!   [`records`] decodes (and encodes) the records inside a batch for the record path.
 //!
 //! Errors ([`WireError`]) are named after the step that failed and never contain secrets.
+//!
+//! The copy loop of a batch engine, in short (error handling, the record path for batches that
+//! cannot pass, and offset bookkeeping left out):
+//!
+//! ```no_run
+//! # async fn copy(source: kmirror_wire::Client, dest: kmirror_wire::Client) -> Result<(), kmirror_wire::WireError> {
+//! use kmirror_wire::{batch, FetchOptions, FetchPartition, ProduceOptions, RawEntry, Rewrite};
+//! let producer = dest.init_producer_id().await?;
+//! let (mut next, mut sequence, mut in_flight) = (0i64, 0i32, std::collections::VecDeque::new());
+//! let fetched = source
+//!     .fetch("orders", &[FetchPartition::new(0, next)], &FetchOptions::default())
+//!     .await?;
+//! for entry in fetched[0].batches() {
+//!     let RawEntry::Batch(b) = entry? else { continue }; // magic 0/1: record path
+//!     if !b.header.is_dense() || b.header.is_control() { continue } // record path / skip
+//!     let rewritten = batch::rewrite(&b.bytes, &Rewrite {
+//!         producer_id: producer.id,
+//!         producer_epoch: producer.epoch,
+//!         base_sequence: sequence,
+//!     })?;
+//!     sequence = batch::next_sequence(sequence, b.header.record_count);
+//!     if in_flight.len() == 5 {
+//!         let (pending, expected): (kmirror_wire::InFlightProduce, i64) =
+//!             in_flight.pop_front().unwrap();
+//!         assert_eq!(pending.wait().await?.base_offset, expected);
+//!     }
+//!     let pending = dest.send_produce("orders", 0, rewritten, &ProduceOptions::default()).await?;
+//!     in_flight.push_back((pending, b.header.base_offset));
+//!     next = b.header.next_offset();
+//! }
+//! # let _ = next; Ok(()) }
+//! ```
 
 pub mod batch;
 mod client;
