@@ -1,7 +1,7 @@
 //! The wire client (kmirror-wire) against the real brokers: every listener and mechanism, clear
 //! errors for wrong credentials, raw batches of every codec copied by header rewrite and read
 //! back with librdkafka, transactions with aborts, pipelined batches, broker-side deduplication,
-//! and recovery from a lost connection.
+//! recovery from a lost connection, and what a CreateTime topic does with LogAppendTime batches.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -932,4 +932,67 @@ async fn wire_recovers_from_a_lost_connection() {
         .unwrap();
     assert_eq!(end[0].offset, 500, "each batch exactly once");
     assert!(!own_connections(port).is_empty(), "reconnected");
+}
+
+/// What a CreateTime destination does with a batch whose LogAppendTime bit is set (a raw copy
+/// from a LogAppendTime source topic): it accepts it, clears the bit, and readers then see the
+/// records' own create times instead of the source's append time. Such batches must take the
+/// record path to keep the timestamps readers saw on the source.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wire_log_append_time_batches_on_a_create_time_topic() {
+    let bed = Testbed::get();
+    let topic = unique_name("wire-lat");
+    destination_topic(bed, &topic).await;
+    let dest = client(&mirror_config(bed)).await;
+    let producer = dest.init_producer_id().await.unwrap();
+    let recs: Vec<_> = (0..3)
+        .map(|j| kmirror_wire::records::Record {
+            offset: 0,
+            timestamp: 1_700_000_000_000 + j,
+            key: None,
+            value: Some(Bytes::from(format!("v{j}"))),
+            headers: vec![],
+        })
+        .collect();
+    let plain = kmirror_wire::records::encode_batch(
+        &recs,
+        Codec::Lz4,
+        0,
+        kmirror_wire::records::BatchProducer {
+            producer_id: producer.id,
+            producer_epoch: producer.epoch,
+            base_sequence: 0,
+        },
+    )
+    .unwrap();
+    let mut b = plain.to_vec();
+    let attributes = i16::from_be_bytes([b[21], b[22]]) | (1 << 3);
+    b[21..23].copy_from_slice(&attributes.to_be_bytes());
+    let crc = crc32c::crc32c(&b[21..]);
+    b[17..21].copy_from_slice(&crc.to_be_bytes());
+    let (_, as_sent) = decode_batch(&Bytes::from(b.clone())).unwrap();
+    assert!(
+        as_sent.iter().all(|r| r.timestamp == 1_700_000_000_002),
+        "LogAppendTime: every record reads the batch's max timestamp"
+    );
+    let produced = dest
+        .produce(&topic, 0, Bytes::from(b), &ProduceOptions::default())
+        .await
+        .expect("accepted");
+    assert_eq!(produced.base_offset, 0);
+    let (entries, _) = fetch_all(&dest, &topic, 0, Isolation::ReadUncommitted).await;
+    let stored = &v2(&entries)[0];
+    assert_eq!(
+        stored.header.timestamp_type(),
+        kmirror_wire::batch::TimestampType::CreateTime,
+        "the broker cleared the bit"
+    );
+    assert_eq!(stored.header.codec(), Codec::Lz4);
+    let (_, read) = decode_batch(&stored.bytes).unwrap();
+    let times: Vec<i64> = read.iter().map(|r| r.timestamp).collect();
+    assert_eq!(
+        times,
+        vec![1_700_000_000_000, 1_700_000_000_001, 1_700_000_000_002],
+        "readers see the create times, not the append time"
+    );
 }
