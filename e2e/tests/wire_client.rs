@@ -1,9 +1,9 @@
 //! The wire client (kmirror-wire) against the real brokers: every listener and mechanism, clear
 //! errors for wrong credentials, raw batches of every codec copied by header rewrite and read
 //! back with librdkafka, transactions with aborts, pipelined batches, broker-side deduplication,
-//! recovery from a lost connection, and what a CreateTime topic does with LogAppendTime batches.
+//! what a CreateTime topic does with LogAppendTime batches, and old message formats. (Recovery
+//! from a lost connection: `wire_connection_loss.rs`, in a process of its own.)
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -59,9 +59,7 @@ async fn fetch_all(
         };
         for entry in p.batches() {
             let entry = entry.expect("well-formed batch");
-            if let RawEntry::Batch(b) = &entry {
-                offset = b.header.next_offset();
-            }
+            offset = entry.next_offset();
             entries.push(entry);
         }
         responses.push(p);
@@ -777,163 +775,6 @@ async fn wire_reports_fetch_and_produce_errors() {
     );
 }
 
-/// Local ports of this process's TCP connections to `port` (from `ss -tnp`).
-fn own_connections(port: u16) -> Vec<String> {
-    let out = std::process::Command::new("ss")
-        .args([
-            "-tnpH",
-            "state",
-            "established",
-            &format!("( dport = :{port} )"),
-        ])
-        .output()
-        .expect("ss");
-    let me = format!("pid={},", std::process::id());
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| l.contains(&me))
-        .filter_map(|l| l.split_whitespace().nth(2).map(str::to_string))
-        .collect()
-}
-
-/// Kills this process's connections to `port` (`ss -K`: the kernel aborts the sockets).
-fn kill_connections(port: u16) -> usize {
-    let local = own_connections(port);
-    for address in &local {
-        let status = std::process::Command::new("ss")
-            .args([
-                "-K",
-                "-tn",
-                "src",
-                address,
-                "dport",
-                "=",
-                &format!(":{port}"),
-            ])
-            .output()
-            .expect("ss -K");
-        assert!(status.status.success(), "ss -K failed");
-    }
-    local.len()
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn wire_recovers_from_a_lost_connection() {
-    let bed = Testbed::get();
-    let topic = unique_name("wire-lost");
-    destination_topic(bed, &topic).await;
-    let dest = client(&mirror_config(bed)).await;
-    let producer = dest.init_producer_id().await.unwrap();
-    let port: u16 = bed
-        .dest_bootstrap()
-        .rsplit_once(':')
-        .unwrap()
-        .1
-        .parse()
-        .unwrap();
-    let batches: Vec<Bytes> = (0..5)
-        .map(|i| {
-            let recs: Vec<_> = (0..100)
-                .map(|j| kmirror_wire::records::Record {
-                    offset: 0,
-                    timestamp: 1_700_000_000_000 + j,
-                    key: None,
-                    value: Some(Bytes::from(format!("value {i}/{j}").repeat(20))),
-                    headers: vec![],
-                })
-                .collect();
-            kmirror_wire::records::encode_batch(
-                &recs,
-                Codec::Zstd,
-                0,
-                kmirror_wire::records::BatchProducer {
-                    producer_id: producer.id,
-                    producer_epoch: producer.epoch,
-                    base_sequence: i * 100,
-                },
-            )
-            .unwrap()
-        })
-        .collect();
-    // A long poll on the empty partition is outstanding when the connection dies.
-    let poll = {
-        let dest = dest.clone();
-        let topic = topic.clone();
-        tokio::spawn(async move {
-            dest.fetch(
-                &topic,
-                &[FetchPartition::new(0, 0)],
-                &FetchOptions {
-                    max_wait: Duration::from_secs(20),
-                    min_bytes: 1_000_000_000,
-                    ..FetchOptions::default()
-                },
-            )
-            .await
-        })
-    };
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let mut in_flight = Vec::new();
-    for b in &batches {
-        in_flight.push(
-            dest.send_produce(&topic, 0, b.clone(), &ProduceOptions::default())
-                .await
-                .unwrap(),
-        );
-    }
-    let killed = kill_connections(port);
-    assert!(
-        killed >= 1,
-        "the client's connection to the destination was found"
-    );
-    let started = std::time::Instant::now();
-    let err = poll.await.unwrap().unwrap_err();
-    assert!(
-        started.elapsed() < Duration::from_secs(10),
-        "failed at once"
-    );
-    assert!(
-        matches!(err, WireError::Disconnected { .. }) && err.is_retriable(),
-        "{err}"
-    );
-    eprintln!("outstanding fetch: {err}");
-    let mut answered = BTreeMap::new();
-    for (i, p) in in_flight.into_iter().enumerate() {
-        match p.wait().await {
-            Ok(p) => {
-                answered.insert(i, p.base_offset);
-            }
-            Err(e) => assert!(e.is_retriable(), "{e}"),
-        }
-    }
-    eprintln!("answered before the loss: {answered:?}");
-    // Resend everything unanswered, unchanged and in order; the broker knows what it has.
-    for (i, b) in batches.iter().enumerate() {
-        if answered.contains_key(&i) {
-            continue;
-        }
-        let p = dest
-            .produce(&topic, 0, b.clone(), &ProduceOptions::default())
-            .await
-            .expect("resend after reconnecting");
-        answered.insert(i, p.base_offset);
-    }
-    assert_eq!(
-        answered.values().copied().collect::<Vec<_>>(),
-        vec![0, 100, 200, 300, 400]
-    );
-    let end = dest
-        .list_offsets(
-            &topic,
-            &[(0, OffsetSpec::Latest)],
-            Isolation::ReadUncommitted,
-        )
-        .await
-        .unwrap();
-    assert_eq!(end[0].offset, 500, "each batch exactly once");
-    assert!(!own_connections(port).is_empty(), "reconnected");
-}
-
 /// What a CreateTime destination does with a batch whose LogAppendTime bit is set (a raw copy
 /// from a LogAppendTime source topic): it accepts it, clears the bit, and readers then see the
 /// records' own create times instead of the source's append time. Such batches must take the
@@ -995,4 +836,81 @@ async fn wire_log_append_time_batches_on_a_create_time_topic() {
         vec![1_700_000_000_000, 1_700_000_000_001, 1_700_000_000_002],
         "readers see the create times, not the append time"
     );
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+/// Kafka 2.8 keeps a topic pinned to message format 0.10 in magic 1: the fetch returns those
+/// messages as they are (compressed wrappers included), and `decode_legacy` reads them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wire_decodes_old_message_formats() {
+    let bed = Testbed::get();
+    let Some(bootstrap) = bed.opt_var("KMIRROR_COMPAT28_BOOTSTRAP") else {
+        eprintln!("the Kafka 2.8 source is not running (up --compat); nothing to check");
+        return;
+    };
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", bootstrap);
+    let topic = unique_name("wire-magic1");
+    create_topic(&config, &topic, 1, &[("message.format.version", "0.10.2")])
+        .await
+        .unwrap();
+    let started_ms = now_ms();
+    let mut produced = records(400, 11);
+    for r in &mut produced {
+        r.headers.clear(); // magic 1 has no headers (and no idempotent producers)
+    }
+    produce_all(
+        &config,
+        &topic,
+        &produced[..200],
+        &[("compression.type", "lz4"), ("enable.idempotence", "false")],
+    )
+    .unwrap();
+    produce_all(
+        &config,
+        &topic,
+        &produced[200..],
+        &[
+            ("compression.type", "none"),
+            ("enable.idempotence", "false"),
+        ],
+    )
+    .unwrap();
+
+    let c = client(&config).await;
+    let (entries, _) = fetch_all(&c, &topic, 0, Isolation::ReadUncommitted).await;
+    let mut decoded = Vec::new();
+    for e in &entries {
+        match e {
+            RawEntry::Legacy(m) => {
+                assert_eq!(m.magic, 1);
+                decoded.extend(kmirror_wire::decode_legacy(m).expect("decode"));
+            }
+            RawEntry::Batch(b) => panic!(
+                "expected magic 1, got a v2 batch at {}",
+                b.header.base_offset
+            ),
+        }
+    }
+    // librdkafka (as built here) answers this topic with NOT_IMPLEMENTED, so the records are
+    // compared with what was produced; Kafka's own console consumer reads the same.
+    assert_eq!(decoded.len(), 400);
+    let window = started_ms - 1000..=now_ms() + 1000;
+    for (i, (d, p)) in decoded.iter().zip(&produced).enumerate() {
+        assert_eq!(d.offset, i as i64);
+        assert_eq!(d.key.as_deref(), p.key.as_deref());
+        assert_eq!(d.value.as_deref(), p.value.as_deref());
+        assert!(window.contains(&d.timestamp), "create time of record {i}");
+    }
+    let wrappers = entries
+        .iter()
+        .filter(|e| matches!(e, RawEntry::Legacy(m) if m.attributes & 7 != 0))
+        .count();
+    assert!(wrappers > 0, "the lz4 records came in compressed wrappers");
 }

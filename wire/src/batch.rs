@@ -450,6 +450,14 @@ impl Iterator for RecordBatches {
 }
 
 impl RawEntry {
+    /// The offset after this entry (for an old-format wrapper: after its last inner message).
+    pub fn next_offset(&self) -> i64 {
+        match self {
+            RawEntry::Batch(b) => b.header.next_offset(),
+            RawEntry::Legacy(m) => m.offset + 1,
+        }
+    }
+
     /// The entry's bytes.
     pub fn bytes(&self) -> &Bytes {
         match self {

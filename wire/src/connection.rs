@@ -373,7 +373,12 @@ impl Connection {
         let request = ApiVersionsRequest::default()
             .with_client_software_name(StrBytes::from_static_str("kmirror-wire"))
             .with_client_software_version(StrBytes::from_static_str(env!("CARGO_PKG_VERSION")));
-        let mut response = self.request(&request, 3, Duration::ZERO)?.wait().await;
+        // Errors of queueing count like errors of waiting: the broker may have closed the
+        // connection before the first request was queued (a refused client certificate).
+        let mut response = match self.request(&request, 3, Duration::ZERO) {
+            Ok(pending) => pending.wait().await,
+            Err(e) => Err(e),
+        };
         let unsupported = KafkaCode(35);
         let retry_v0 = match &response {
             Ok(r) => KafkaCode(r.error_code) == unsupported,
@@ -382,10 +387,10 @@ impl Connection {
             Err(_) => false,
         };
         if retry_v0 {
-            response = self
-                .request(&ApiVersionsRequest::default(), 0, Duration::ZERO)?
-                .wait()
-                .await;
+            response = match self.request(&ApiVersionsRequest::default(), 0, Duration::ZERO) {
+                Ok(pending) => pending.wait().await,
+                Err(e) => Err(e),
+            };
         }
         let response: ApiVersionsResponse = response.map_err(|e| match e {
             // TLS 1.3 servers check the client certificate after the handshake completed: the

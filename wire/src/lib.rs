@@ -9,7 +9,8 @@
 //!   [`Client::fetch`], [`Client::send_produce`], [`Client::list_offsets`] to partition leaders;
 //!   [`Client::init_producer_id`] gives an idempotent producer identity.
 //! - [`batch`] parses batch headers and rewrites them ([`batch::rewrite`]) with a new CRC-32C;
-//!   [`records`] decodes (and encodes) the records inside a batch for the record path.
+//!   [`records`] decodes (and encodes) the records inside a batch for the record path, and
+//!   [`decode_legacy`] the messages of the old formats (magic 0/1).
 //!
 //! Errors ([`WireError`]) are named after the step that failed and never contain secrets.
 //!
@@ -52,6 +53,7 @@ mod connection;
 mod error;
 mod fetch;
 mod http;
+mod legacy;
 mod metadata;
 mod oauth;
 mod offsets;
@@ -67,6 +69,7 @@ pub use client::Client;
 pub use config::{SecurityProtocol, WireConfig};
 pub use error::{KafkaCode, WireError};
 pub use fetch::{AbortedTransaction, FetchOptions, FetchPartition, FetchedPartition, Isolation};
+pub use legacy::decode_legacy;
 pub use metadata::{Broker, ClusterMetadata, PartitionMetadata, TopicMetadata};
 pub use offsets::{ListedOffset, OffsetSpec};
 pub use produce::{InFlightProduce, ProduceOptions, Produced, ProducerIdentity};

@@ -66,7 +66,7 @@ fn records_error(base_offset: i64, reason: impl Into<String>) -> BatchError {
     }
 }
 
-fn decompress(codec: Codec, mut data: Bytes) -> anyhow::Result<Bytes> {
+pub(crate) fn decompress(codec: Codec, mut data: Bytes) -> anyhow::Result<Bytes> {
     fn take(buf: &mut Bytes) -> anyhow::Result<Bytes> {
         Ok(buf.copy_to_bytes(buf.remaining()))
     }
@@ -79,7 +79,7 @@ fn decompress(codec: Codec, mut data: Bytes) -> anyhow::Result<Bytes> {
     }
 }
 
-fn compress(codec: Codec, plain: &[u8], out: &mut BytesMut) -> anyhow::Result<()> {
+pub(crate) fn compress(codec: Codec, plain: &[u8], out: &mut BytesMut) -> anyhow::Result<()> {
     fn put(plain: &[u8]) -> impl FnOnce(&mut BytesMut) -> anyhow::Result<()> + '_ {
         move |buf| {
             buf.put_slice(plain);
