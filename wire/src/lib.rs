@@ -50,6 +50,7 @@ pub mod batch;
 mod client;
 pub mod config;
 mod connection;
+mod entries;
 mod error;
 mod fetch;
 mod http;
