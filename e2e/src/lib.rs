@@ -11,5 +11,6 @@ pub mod kube;
 pub mod namespace;
 pub mod operator;
 pub mod testbed;
+pub mod wire;
 
 pub use testbed::Testbed;

@@ -1,0 +1,186 @@
+//! ListOffsets: the earliest, latest (high watermark, or last stable offset under
+//! read_committed) or first-at-timestamp offset of partitions, asked of their leaders.
+
+use std::collections::BTreeMap;
+
+use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+use kafka_protocol::messages::{BrokerId, ListOffsetsRequest, TopicName};
+use kafka_protocol::protocol::StrBytes;
+
+use crate::client::Client;
+use crate::error::{KafkaCode, WireError};
+use crate::fetch::Isolation;
+
+/// Which offset to look up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OffsetSpec {
+    /// The log start offset.
+    Earliest,
+    /// The log end: high watermark (read_uncommitted) or last stable offset (read_committed).
+    Latest,
+    /// The first offset whose timestamp is at or after this one (ms).
+    Timestamp(i64),
+}
+
+impl OffsetSpec {
+    fn wire(self) -> i64 {
+        match self {
+            OffsetSpec::Earliest => -2,
+            OffsetSpec::Latest => -1,
+            OffsetSpec::Timestamp(ts) => ts,
+        }
+    }
+}
+
+/// A listed offset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ListedOffset {
+    /// Partition.
+    pub partition: i32,
+    /// Error for the partition.
+    pub error: KafkaCode,
+    /// The offset (-1 when none, e.g. no record at or after a timestamp).
+    pub offset: i64,
+    /// Timestamp of that record, for timestamp lookups (-1 otherwise).
+    pub timestamp: i64,
+    /// Leader epoch of that offset (-1 when unknown).
+    pub leader_epoch: i32,
+}
+
+impl Client {
+    /// Looks up offsets of `topic` partitions at their leaders; the answers come in the order of
+    /// `partitions`, which may name a partition more than once (e.g. earliest and latest).
+    pub async fn list_offsets(
+        &self,
+        topic: &str,
+        partitions: &[(i32, OffsetSpec)],
+        isolation: Isolation,
+    ) -> Result<Vec<ListedOffset>, WireError> {
+        // A request may name each partition once: repeated partitions go in later rounds.
+        let mut rounds: Vec<Vec<(usize, i32, OffsetSpec)>> = Vec::new();
+        for (i, &(partition, spec)) in partitions.iter().enumerate() {
+            match rounds
+                .iter_mut()
+                .find(|r| r.iter().all(|&(_, p, _)| p != partition))
+            {
+                Some(round) => round.push((i, partition, spec)),
+                None => rounds.push(vec![(i, partition, spec)]),
+            }
+        }
+        let mut out: Vec<Option<ListedOffset>> = vec![None; partitions.len()];
+        for round in rounds {
+            let asked: Vec<(i32, OffsetSpec)> = round.iter().map(|&(_, p, s)| (p, s)).collect();
+            let answers = self.list_offsets_once(topic, &asked, isolation).await?;
+            for (i, partition, _) in round {
+                out[i] = answers.iter().find(|a| a.partition == partition).copied();
+            }
+        }
+        Ok(out.into_iter().flatten().collect())
+    }
+
+    async fn list_offsets_once(
+        &self,
+        topic: &str,
+        partitions: &[(i32, OffsetSpec)],
+        isolation: Isolation,
+    ) -> Result<Vec<ListedOffset>, WireError> {
+        let failed = |partition, error| ListedOffset {
+            partition,
+            error,
+            offset: -1,
+            timestamp: -1,
+            leader_epoch: -1,
+        };
+        let mut out = Vec::with_capacity(partitions.len());
+        let mut by_leader = BTreeMap::new();
+        for &(partition, spec) in partitions {
+            match self.route(topic, partition).await? {
+                Err(code) => out.push(failed(partition, code)),
+                Ok(route) => by_leader
+                    .entry(route.conn.broker().to_string())
+                    .or_insert_with(|| (route.conn.clone(), Vec::new()))
+                    .1
+                    .push((partition, spec, route.leader_epoch)),
+            }
+        }
+        let list_error = |reason: String| WireError::ListOffsets {
+            topic: topic.to_string(),
+            reason,
+        };
+        for (_, (conn, parts)) in by_leader {
+            let version = conn.version::<ListOffsetsRequest>(10)?;
+            if version < 2 && isolation == Isolation::ReadCommitted {
+                return Err(list_error(format!(
+                    "{} speaks ListOffsets v{version} only, without read_committed",
+                    conn.broker()
+                )));
+            }
+            let mut request = ListOffsetsRequest::default()
+                .with_replica_id(BrokerId(-1))
+                .with_topics(vec![
+                    ListOffsetsTopic::default()
+                        .with_name(TopicName(StrBytes::from_string(topic.to_string())))
+                        .with_partitions(
+                            parts
+                                .iter()
+                                .map(|&(p, spec, epoch)| {
+                                    ListOffsetsPartition::default()
+                                        .with_partition_index(p)
+                                        .with_current_leader_epoch(epoch)
+                                        .with_timestamp(spec.wire())
+                                })
+                                .collect(),
+                        ),
+                ]);
+            if version >= 2 {
+                request = request.with_isolation_level(isolation.code());
+            }
+            if version >= 10 {
+                request = request.with_timeout_ms(
+                    self.config()
+                        .request_timeout
+                        .as_millis()
+                        .min(i32::MAX as u128) as i32,
+                );
+            }
+            let response = match conn
+                .request(&request, version, std::time::Duration::ZERO)?
+                .wait()
+                .await
+            {
+                Ok(r) => r,
+                Err(e) => {
+                    self.forget(&conn);
+                    return Err(e);
+                }
+            };
+            let mut answered: BTreeMap<i32, _> = response
+                .topics
+                .into_iter()
+                .filter(|t| t.name.0.as_str() == topic)
+                .flat_map(|t| t.partitions)
+                .map(|p| (p.partition_index, p))
+                .collect();
+            for (partition, _, _) in parts {
+                match answered.remove(&partition) {
+                    None => out.push(failed(partition, KafkaCode::UNKNOWN_TOPIC_OR_PARTITION)),
+                    Some(p) => {
+                        let error = KafkaCode(p.error_code);
+                        if error.is_leader_change() {
+                            self.mark_stale();
+                        }
+                        out.push(ListedOffset {
+                            partition,
+                            error,
+                            offset: p.offset,
+                            timestamp: p.timestamp,
+                            leader_epoch: p.leader_epoch,
+                        });
+                    }
+                }
+            }
+        }
+        out.sort_by_key(|o| o.partition);
+        Ok(out)
+    }
+}
