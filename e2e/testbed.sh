@@ -6,6 +6,7 @@
 #   e2e/testbed.sh status                         what runs, by recorded PID
 #   e2e/testbed.sh logs [NAME|POD]                list logs, or print one (a component or a pod)
 #   e2e/testbed.sh restart NAME                   restart one broker (kafka-source, kafka-destination, ...)
+#                                                 or the node agent (node-agent: rebuilt, pods keep running)
 #   e2e/testbed.sh stop NAME | start NAME         stop or start one broker, keeping its data
 #   e2e/testbed.sh down                           stop what `up` started and remove its state
 #
@@ -29,7 +30,7 @@ if [ -f "$HERE/bed/node.sh" ]; then
   . "$HERE/bed/node.sh"
 fi
 
-usage() { sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 cmd_up() {
   local compat=0 kafka_only=0 arg
@@ -105,6 +106,10 @@ cmd_start() {
 }
 
 cmd_restart() {
+  if [ "${1:-}" = node-agent ] && declare -F node_restart >/dev/null; then
+    node_restart
+    return
+  fi
   cmd_stop "$@"
   cmd_start "$@"
 }

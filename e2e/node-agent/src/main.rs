@@ -24,6 +24,7 @@ mod ipam;
 mod launch;
 mod logs;
 mod node;
+mod ns_bin_path;
 mod payload;
 mod pod_worker;
 mod probes;
@@ -275,6 +276,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         events: events::Events::new(client.clone(), "kmirror-node-agent", &config.node_name),
         ipam: Mutex::new(Ipam::new(args.pod_ip_first, args.pod_ip_count)),
         config: config.clone(),
+        bin_paths: ns_bin_path::NamespaceBinPaths::default(),
     });
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let mut controller =

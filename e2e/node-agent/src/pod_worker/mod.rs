@@ -36,7 +36,7 @@ use crate::status::{self, ContainerView, PodView};
 use crate::supervisor::{self, ContainerFiles, Shim};
 use crate::token::TokenCache;
 use crate::volumes::{self, HostVolume};
-use crate::{env, logs, payload, resolve, sandbox};
+use crate::{env, logs, ns_bin_path, payload, resolve, sandbox};
 
 /// What every pod worker shares.
 pub struct Shared {
@@ -48,6 +48,8 @@ pub struct Shared {
     pub ipam: Mutex<Ipam>,
     /// Event publisher.
     pub events: Events,
+    /// Per-namespace directories searched first for container commands.
+    pub bin_paths: crate::ns_bin_path::NamespaceBinPaths,
 }
 
 /// The outcome of an instance, sent by its waiter task.
