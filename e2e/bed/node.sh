@@ -40,11 +40,12 @@ _node_build() {
   fi
 }
 
-# node_up: build and start the agent unless it runs, then wait until the Node is Ready.
+# node_up [--built]: build (unless --built) and start the agent unless it runs, then wait until
+# the Node is Ready.
 node_up() {
   if ! is_running node-agent; then
     command -v cargo >/dev/null || die "cargo is needed to build the node agent"
-    _node_build
+    if [ "${1:-}" != --built ]; then _node_build; fi
     local -a bins=() extra=()
     local dir
     if ((${#NODE_KEEP_BIN_DIRS[@]} > 0)); then
@@ -92,7 +93,7 @@ node_restart() {
     rm -f "$KM_PIDS/node-agent.pid"
     log "node agent (pid $pid) killed; its pods keep running and are re-adopted"
   fi
-  node_up
+  node_up --built
   log "node agent restarted from $NODE_BIN (pid $(cat "$KM_PIDS/node-agent.pid")); bin path: $(
     tr '\0' '\n' <"/proc/$(cat "$KM_PIDS/node-agent.pid")/cmdline" | sed -n '/^--bin-path$/{n;p}' | paste -sd:)"
 }
