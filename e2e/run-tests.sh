@@ -35,7 +35,7 @@ step "build"
 cargo build --workspace --bins --tests
 
 step "test bed up"
-e2e/testbed.sh up --compat
+e2e/testbed.sh up --compat --brokers 3
 
 step "tests"
 cargo test --workspace --no-fail-fast -- --test-threads="${KMIRROR_TEST_THREADS:-4}"
