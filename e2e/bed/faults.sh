@@ -384,6 +384,10 @@ fault_zombie() {
 fault_zombie_kill() {
   [ $# -eq 1 ] || die "usage: e2e/testbed.sh zombie-kill NAMESPACE/POD|all"
   local out
+  if [ "$1" != all ] && ! "$(_fault_agent_bin)" zombies --state-dir "$NODE_STATE" | grep -q "^$1 "; then
+    say "zombie-kill: $1 is not a zombie (any more): its processes ended by themselves, or it never was one"
+    return 0
+  fi
   out="$("$(_fault_agent_bin)" zombies --state-dir "$NODE_STATE" --kill "$1" 2>&1)" || die "$out"
   if [ -n "$out" ]; then say "zombie-kill: ${out//$'\n'/; }"; else say "zombie-kill: no zombie pods"; fi
 }

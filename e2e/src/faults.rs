@@ -105,7 +105,10 @@ pub fn replicated() -> &'static Testbed {
 
 /// Runs a verb of `e2e/testbed.sh` and returns what it printed on stdout.
 pub fn verb(args: &[&str]) -> anyhow::Result<String> {
-    let out = Command::new(script()).args(args).output()?;
+    let out = Command::new(script())
+        .args(args)
+        .env("RUST_BACKTRACE", "0")
+        .output()?;
     anyhow::ensure!(
         out.status.success(),
         "e2e/testbed.sh {} failed: {}",

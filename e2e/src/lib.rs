@@ -11,6 +11,7 @@ pub mod kafka;
 pub mod kube;
 pub mod namespace;
 pub mod operator;
+pub mod soak;
 pub mod testbed;
 
 pub use testbed::Testbed;

@@ -1,0 +1,601 @@
+//! The soak's verdict: `kmirror-verify` over every partition (through the offset map the mirror
+//! recorded), the partitions' final states, and the table the soak prints — faults injected by
+//! kind, records mirrored, lost, duplicated, field mismatches, offsets identical, max lag,
+//! recovery time per fault kind, partitions FAILED and why — with the exit status it implies.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::process::Command;
+use std::time::Duration;
+
+use kmirror_crds::v1alpha1::PartitionState;
+use serde::Deserialize;
+
+use super::cycle::CycleOutcome;
+use super::mirror::{Monitor, PartitionView};
+use super::plan::FaultKind;
+use crate::Testbed;
+
+/// One line of `kmirror-verify`'s output.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct VerifyReport {
+    /// Partition.
+    pub partition: i32,
+    /// Source records examined.
+    pub source_records: u64,
+    /// Found on the destination, same content.
+    pub matched: u64,
+    /// Absent from the destination.
+    pub missing: u64,
+    /// Present, different content.
+    pub different: u64,
+    /// Destination records no source record maps to.
+    pub extra: u64,
+    /// Destination records after the copy of the last source record.
+    pub trailing: u64,
+    /// Every matched record at its own source offset.
+    pub offsets_identical: bool,
+    /// First mismatches: (source offset, destination offset, what).
+    #[serde(default)]
+    pub examples: Vec<(i64, i64, String)>,
+}
+
+/// The verification of one partition, or why there is none.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PartitionCheck {
+    /// Source topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: i32,
+    /// The verifier's report.
+    pub report: Result<VerifyReport, String>,
+}
+
+/// A file holding the bed's admin password, for `--…-property-file` (never on a command line).
+fn password_file(bed: &Testbed) -> std::io::Result<std::path::PathBuf> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = std::env::temp_dir().join(format!("kmirror-soak-{}.secret", std::process::id()));
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&path)?;
+    std::io::Write::write_all(&mut f, bed.var("KMIRROR_ADMIN_PASSWORD").as_bytes())?;
+    Ok(path)
+}
+
+/// Runs `kmirror-verify` for one topic of `mirror` (`reverse`: the replicated destination is the
+/// source). One check per partition the state topic knows, or one failed check for the topic.
+pub fn verify_topic(
+    bed: &Testbed,
+    ns: &str,
+    mirror: &str,
+    topic: &str,
+    reverse: bool,
+) -> Vec<PartitionCheck> {
+    let failed = |why: String| {
+        vec![PartitionCheck {
+            topic: topic.to_string(),
+            partition: -1,
+            report: Err(why),
+        }]
+    };
+    let secret = match password_file(bed) {
+        Ok(p) => p,
+        Err(e) => return failed(format!("cannot write the password file: {e}")),
+    };
+    let (src, dst) = if reverse {
+        ("source", "destination")
+    } else {
+        ("destination", "source")
+    };
+    let sasl_side = if reverse { src } else { dst };
+    let plain_side = if reverse { dst } else { src };
+    let mut cmd = Command::new(crate::fetcher::binary("kmirror-verify"));
+    cmd.args([
+        "--mirror",
+        &format!("{ns}/{mirror}"),
+        "--source-topic",
+        topic,
+    ])
+    .arg(format!("--{plain_side}-bootstrap"))
+    .arg(bed.var("KMIRROR_R_SOURCE_BOOTSTRAP"))
+    .arg(format!("--{sasl_side}-bootstrap"))
+    .arg(bed.var("KMIRROR_R_DEST_BOOTSTRAP"))
+    .env("RUST_LOG", "warn");
+    for p in [
+        "security.protocol=SASL_PLAINTEXT",
+        "sasl.mechanism=PLAIN",
+        &format!("sasl.username={}", bed.var("KMIRROR_ADMIN_USER")),
+    ] {
+        cmd.arg(format!("--{sasl_side}-property")).arg(p);
+    }
+    cmd.arg(format!("--{sasl_side}-property-file"))
+        .arg(format!("sasl.password={}", secret.display()));
+    let out = cmd.output();
+    let _ = std::fs::remove_file(&secret);
+    let out = match out {
+        Ok(o) => o,
+        Err(e) => return failed(format!("cannot run kmirror-verify: {e}")),
+    };
+    let mut checks: Vec<PartitionCheck> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<VerifyReport>(l).ok())
+        .map(|r| PartitionCheck {
+            topic: topic.to_string(),
+            partition: r.partition,
+            report: Ok(r),
+        })
+        .collect();
+    if checks.is_empty() || out.status.code() == Some(2) {
+        let why = String::from_utf8_lossy(&out.stderr).trim().to_string();
+        checks.extend(failed(format!("kmirror-verify failed: {why}")));
+    }
+    checks
+}
+
+/// Totals over partitions.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Totals {
+    /// Records found on the destination with the same content.
+    pub mirrored: u64,
+    /// Records absent.
+    pub lost: u64,
+    /// Destination records no source record maps to, plus trailing copies.
+    pub duplicated: u64,
+    /// Records with different content.
+    pub mismatched: u64,
+    /// Partitions whose offsets are identical.
+    pub identical: usize,
+    /// Partitions verified.
+    pub verified: usize,
+}
+
+impl Totals {
+    /// Adds a report.
+    pub fn add(&mut self, r: &VerifyReport) {
+        self.mirrored += r.matched;
+        self.lost += r.missing;
+        self.duplicated += r.extra + r.trailing;
+        self.mismatched += r.different;
+        self.identical += usize::from(r.offsets_identical);
+        self.verified += 1;
+    }
+
+    /// Adds only what a stopped partition wrote wrongly (different and extra records).
+    pub fn add_wrong(&mut self, r: &VerifyReport) {
+        self.duplicated += r.extra + r.trailing;
+        self.mismatched += r.different;
+    }
+}
+
+/// One injected fault and the recovery after it.
+#[derive(Debug, Clone)]
+pub struct FaultRecord {
+    /// Kind.
+    pub kind: FaultKind,
+    /// What was done.
+    pub what: String,
+    /// Why injecting failed.
+    pub error: Option<String>,
+    /// Time from healed to caught up, or what stayed behind.
+    pub recovery: Result<Duration, String>,
+}
+
+/// Everything the table shows.
+#[derive(Debug, Clone, Default)]
+pub struct Findings {
+    /// Seed.
+    pub seed: u64,
+    /// Planned minutes of faults.
+    pub minutes: f64,
+    /// Wall time of the whole run.
+    pub elapsed: Duration,
+    /// Faults injected.
+    pub faults: Vec<FaultRecord>,
+    /// Verification of the forward mirror.
+    pub checks: Vec<PartitionCheck>,
+    /// Final partition states of the forward mirror.
+    pub final_states: Vec<PartitionView>,
+    /// Lags seen.
+    pub monitor: Monitor,
+    /// The failover cycle.
+    pub cycle: Option<CycleOutcome>,
+    /// Records produced to the source (acknowledged), failed, aborted.
+    pub produced: (u64, u64, u64),
+    /// Records the consumer group consumed.
+    pub consumed: u64,
+    /// The topic whose source log is diverged on purpose.
+    pub diverged_topic: String,
+}
+
+/// A partition FAILED (or otherwise not mirroring) at the end, with its reason when it has one.
+fn not_mirroring(f: &Findings) -> Vec<(String, PartitionState, Option<String>)> {
+    f.final_states
+        .iter()
+        .filter(|v| v.state != PartitionState::Mirroring)
+        .map(|v| (v.label(), v.state, v.last_error.clone()))
+        .collect()
+}
+
+/// p50 and max of durations.
+fn p50_max(mut d: Vec<Duration>) -> Option<(Duration, Duration)> {
+    if d.is_empty() {
+        return None;
+    }
+    d.sort();
+    Some((d[(d.len() - 1) / 2], d[d.len() - 1]))
+}
+
+/// The table and whether the run passed (and if not, why).
+pub fn render(f: &Findings) -> (String, Vec<String>) {
+    let mut why_failed = Vec::new();
+    let stopped: Vec<_> = not_mirroring(f);
+    // A partition that stopped with a reason is listed. What it did not copy after it stopped
+    // is not loss; what it wrote wrongly before (different or extra records) still counts —
+    // except on the topic whose source log is diverged on purpose, where the source itself
+    // replaced records the mirror had already copied.
+    let failed_with_reason = |label: &str| {
+        stopped
+            .iter()
+            .any(|(l, state, e)| l == label && *state == PartitionState::Failed && e.is_some())
+    };
+    let mut totals = Totals::default();
+    let mut excluded = Totals::default();
+    let mut verifier_errors = Vec::new();
+    for c in &f.checks {
+        let label = format!("{}-{}", c.topic, c.partition);
+        match &c.report {
+            Ok(r) if failed_with_reason(&label) && c.topic == f.diverged_topic => excluded.add(r),
+            Ok(r) if failed_with_reason(&label) => {
+                excluded.add(r);
+                totals.add_wrong(r);
+                if r.different + r.extra + r.trailing > 0 {
+                    for (s, d, what) in r
+                        .examples
+                        .iter()
+                        .filter(|e| !e.2.contains("missing"))
+                        .take(3)
+                    {
+                        verifier_errors
+                            .push(format!("{label}: source {s} / destination {d}: {what}"));
+                    }
+                }
+            }
+            Ok(r) => {
+                totals.add(r);
+                if !r.examples.is_empty() && (r.missing + r.different + r.extra + r.trailing) > 0 {
+                    for (s, d, what) in r.examples.iter().take(3) {
+                        verifier_errors
+                            .push(format!("{label}: source {s} / destination {d}: {what}"));
+                    }
+                }
+            }
+            Err(e) => verifier_errors.push(format!("{label}: {e}")),
+        }
+    }
+    let mut by_kind: BTreeMap<FaultKind, (usize, Vec<Duration>, usize)> = BTreeMap::new();
+    for r in &f.faults {
+        let e = by_kind.entry(r.kind).or_default();
+        e.0 += 1;
+        match &r.recovery {
+            Ok(d) => e.1.push(*d),
+            Err(_) => e.2 += 1,
+        }
+    }
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "kmirror soak — seed {}, {:.1} min of faults, {:.1} min in all",
+        f.seed,
+        f.minutes,
+        f.elapsed.as_secs_f64() / 60.0
+    );
+    let _ = writeln!(t, "{:<34} {}", "faults injected", f.faults.len());
+    for (kind, (n, _, _)) in &by_kind {
+        let errors = f
+            .faults
+            .iter()
+            .filter(|r| r.kind == *kind && r.error.is_some())
+            .count();
+        let note = if errors > 0 {
+            format!(" ({errors} could not be injected)")
+        } else {
+            String::new()
+        };
+        let _ = writeln!(t, "  {:<32} {n}{note}", kind.name());
+    }
+    let _ = writeln!(
+        t,
+        "{:<34} {} (acknowledged on the source; {} failed, {} in aborted transactions); group consumed {}",
+        "records produced", f.produced.0, f.produced.1, f.produced.2, f.consumed
+    );
+    let _ = writeln!(t, "{:<34} {}", "records mirrored", totals.mirrored);
+    let _ = writeln!(t, "{:<34} {}", "lost", totals.lost);
+    let _ = writeln!(t, "{:<34} {}", "duplicated", totals.duplicated);
+    let _ = writeln!(t, "{:<34} {}", "field mismatches", totals.mismatched);
+    let _ = writeln!(
+        t,
+        "{:<34} {}/{} partitions",
+        "offsets identical", totals.identical, totals.verified
+    );
+    let lag = match (&f.monitor.max_lag, &f.monitor.max_lag_seconds) {
+        (Some((n, at)), Some((s, at_s))) => format!("{n} records ({at}), {s:.1} s ({at_s})"),
+        (Some((n, at)), None) => format!("{n} records ({at})"),
+        _ => "not reported".into(),
+    };
+    let _ = writeln!(t, "{:<34} {lag}", "max lag");
+    let _ = writeln!(
+        t,
+        "recovery time per fault kind (p50 / max; healed → every partition MIRRORING and caught up)"
+    );
+    for (kind, (_, times, stuck)) in &by_kind {
+        let line = match p50_max(times.clone()) {
+            Some((p50, max)) => format!("{:.0} s / {:.0} s", p50.as_secs_f64(), max.as_secs_f64()),
+            None => "-".into(),
+        };
+        let stuck = if *stuck > 0 {
+            format!(", {stuck} not recovered within the limit")
+        } else {
+            String::new()
+        };
+        let _ = writeln!(t, "  {:<32} {line}{stuck}", kind.name());
+    }
+    let _ = writeln!(
+        t,
+        "{:<34} {}",
+        "partitions FAILED",
+        stopped
+            .iter()
+            .filter(|s| s.1 == PartitionState::Failed)
+            .count()
+    );
+    for (label, state, reason) in &stopped {
+        let reason = reason.clone().unwrap_or_else(|| "no reason given".into());
+        let _ = writeln!(t, "  {label:<32} {state:?}: {reason}");
+        if reason == "no reason given" || *state != PartitionState::Failed {
+            why_failed.push(format!("{label} is {state:?} at the end without a reason"));
+        }
+    }
+    if excluded.verified > 0 {
+        let _ = writeln!(
+            t,
+            "  (their verification: {} matched, {} missing, {} duplicated, {} different; only duplicated and different records off the diverged topic count above)",
+            excluded.mirrored, excluded.lost, excluded.duplicated, excluded.mismatched
+        );
+    }
+    if let Some(c) = &f.cycle {
+        let _ = writeln!(t, "failover → failback cycle");
+        for s in &c.steps {
+            let _ = writeln!(t, "  {s}");
+        }
+        if let Some(r) = &c.replay {
+            for d in &r.differences {
+                let _ = writeln!(t, "  group replay: {d}");
+            }
+            if r.offsets_equal < r.partitions || r.records_equal < r.compared {
+                why_failed.push("the consumer group did not resume at the same offsets and records on the destination".into());
+            }
+        }
+        let mut reverse = Totals::default();
+        for check in &c.reverse {
+            match &check.report {
+                Ok(r) => reverse.add(r),
+                Err(e) => verifier_errors
+                    .push(format!("reverse {}-{}: {e}", check.topic, check.partition)),
+            }
+        }
+        if reverse.verified > 0 {
+            let _ = writeln!(
+                t,
+                "  reverse mirror verified: {} mirrored, {} lost, {} duplicated, {} different",
+                reverse.mirrored, reverse.lost, reverse.duplicated, reverse.mismatched
+            );
+            if reverse.lost + reverse.duplicated + reverse.mismatched > 0 {
+                why_failed.push("the failback lost, duplicated or changed records".into());
+            }
+        }
+        if let Some(e) = &c.failure {
+            why_failed.push(format!("the failover cycle failed: {e}"));
+        }
+    }
+    if totals.lost > 0 {
+        why_failed.push(format!("{} records lost", totals.lost));
+    }
+    if totals.duplicated > 0 {
+        why_failed.push(format!("{} records duplicated", totals.duplicated));
+    }
+    if totals.mismatched > 0 {
+        why_failed.push(format!("{} records differ", totals.mismatched));
+    }
+    if !verifier_errors.is_empty() {
+        let _ = writeln!(t, "verifier findings");
+        for e in verifier_errors.iter().take(20) {
+            let _ = writeln!(t, "  {e}");
+        }
+        if f.checks.iter().any(|c| c.report.is_err()) {
+            why_failed.push("some partitions could not be verified".into());
+        }
+    }
+    let verdict = if why_failed.is_empty() {
+        "PASS".to_string()
+    } else {
+        format!("FAIL: {}", why_failed.join("; "))
+    };
+    let _ = writeln!(t, "{:<34} {verdict}", "verdict");
+    (t, why_failed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::soak::mirror::MIRROR;
+
+    fn report(partition: i32, matched: u64, missing: u64, extra: u64) -> VerifyReport {
+        VerifyReport {
+            partition,
+            source_records: matched + missing,
+            matched,
+            missing,
+            extra,
+            offsets_identical: missing == 0,
+            ..Default::default()
+        }
+    }
+
+    fn view(topic: &str, p: i32, state: PartitionState, err: Option<&str>) -> PartitionView {
+        PartitionView {
+            mirror: MIRROR.into(),
+            mirror_topic: topic.into(),
+            topic: topic.into(),
+            partition: p,
+            state,
+            lag: Some(0),
+            lag_seconds: Some(0.0),
+            last_mirrored: None,
+            offsets_identical: Some(true),
+            last_error: err.map(String::from),
+        }
+    }
+
+    fn findings() -> Findings {
+        Findings {
+            seed: 1,
+            minutes: 3.0,
+            faults: vec![
+                FaultRecord {
+                    kind: FaultKind::BrokerKill,
+                    what: String::new(),
+                    error: None,
+                    recovery: Ok(Duration::from_secs(10)),
+                },
+                FaultRecord {
+                    kind: FaultKind::BrokerKill,
+                    what: String::new(),
+                    error: None,
+                    recovery: Ok(Duration::from_secs(30)),
+                },
+                FaultRecord {
+                    kind: FaultKind::Zombie,
+                    what: String::new(),
+                    error: None,
+                    recovery: Err("behind".into()),
+                },
+            ],
+            checks: vec![
+                PartitionCheck {
+                    topic: "a".into(),
+                    partition: 0,
+                    report: Ok(report(0, 100, 0, 0)),
+                },
+                PartitionCheck {
+                    topic: "d".into(),
+                    partition: 0,
+                    report: Ok(report(0, 10, 5, 0)),
+                },
+            ],
+            final_states: vec![
+                view("a", 0, PartitionState::Mirroring, None),
+                view(
+                    "d",
+                    0,
+                    PartitionState::Failed,
+                    Some("source diverged at offset 10"),
+                ),
+            ],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_clean_run_passes_and_failed_partitions_with_a_reason_are_listed_not_counted() {
+        let mut f = findings();
+        f.diverged_topic = "d".into();
+        let (table, why) = render(&f);
+        assert!(why.is_empty(), "{why:?}\n{table}");
+        assert!(
+            table.contains("records mirrored                   100"),
+            "{table}"
+        );
+        assert!(
+            table.contains("lost                               0"),
+            "{table}"
+        );
+        assert!(table.contains("d-0"), "{table}");
+        assert!(table.contains("source diverged at offset 10"), "{table}");
+        assert!(
+            table.contains("broker-kill                      10 s / 30 s"),
+            "{table}"
+        );
+        assert!(table.contains("1 not recovered"), "{table}");
+        assert!(
+            table.contains("verdict                            PASS"),
+            "{table}"
+        );
+    }
+
+    #[test]
+    fn loss_duplicates_and_stuck_partitions_fail_the_run() {
+        let mut f = findings();
+        f.checks[0].report = Ok(report(0, 98, 2, 1));
+        f.final_states[1].last_error = None;
+        let (table, why) = render(&f);
+        // d-0 has no reason any more: its 5 missing records count too.
+        assert!(why.iter().any(|w| w.contains("7 records lost")), "{why:?}");
+        assert!(
+            why.iter().any(|w| w.contains("1 records duplicated")),
+            "{why:?}"
+        );
+        assert!(
+            why.iter()
+                .any(|w| w.contains("d-0 is Failed at the end without a reason")),
+            "{why:?}"
+        );
+        assert!(table.contains("FAIL: "), "{table}");
+    }
+
+    #[test]
+    fn wrong_records_of_a_failed_partition_still_count_its_missing_ones_do_not() {
+        let mut f = findings();
+        f.diverged_topic = "d".into();
+        f.checks.push(PartitionCheck {
+            topic: "z".into(),
+            partition: 0,
+            report: Ok(VerifyReport {
+                different: 2,
+                ..report(0, 11, 308, 0)
+            }),
+        });
+        f.final_states.push(view(
+            "z",
+            0,
+            PartitionState::Failed,
+            Some("another client wrote"),
+        ));
+        let (table, why) = render(&f);
+        assert!(
+            why.iter().any(|w| w.contains("2 records differ")),
+            "{why:?}\n{table}"
+        );
+        assert!(!why.iter().any(|w| w.contains("lost")), "{why:?}");
+        assert!(
+            table.contains("offsets identical                  1/1 partitions"),
+            "{table}"
+        );
+    }
+
+    #[test]
+    fn parses_the_verifier_output() {
+        let line = r#"{"partition":2,"sourceRecords":10,"matched":9,"missing":1,"different":0,"extra":0,"trailing":0,"offsetsIdentical":true,"examples":[[5,5,"missing on the destination"]]}"#;
+        let r: VerifyReport = serde_json::from_str(line).unwrap();
+        assert_eq!(r.partition, 2);
+        assert_eq!(r.source_records, 10);
+        assert!(r.offsets_identical);
+        assert_eq!(
+            r.examples,
+            vec![(5, 5, "missing on the destination".to_string())]
+        );
+    }
+}
