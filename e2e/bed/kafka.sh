@@ -186,7 +186,9 @@ case "\$version" in
   4.*) logopt="-Dlog4j2.configurationFile=$KAFKA_DIR/log4j2.properties" ;;
   *) logopt="-Dlog4j.configuration=file:$KAFKA_DIR/log4j.properties" ;;
 esac
-exec java -Xms256m "-Xmx\$heap" -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \\
+# KMIRROR_KAFKA_JVM_OPTS: extra JVM options (word-split), e.g. the replicated pair's.
+# shellcheck disable=SC2086
+exec java -Xms256m "-Xmx\$heap" -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \${KMIRROR_KAFKA_JVM_OPTS:-} \\
   -XX:InitiatingHeapOccupancyPercent=35 -Djava.awt.headless=true \\
   -Dorg.apache.kafka.sasl.oauthbearer.allowed.urls=file://$KAFKA_PKI/jwks.json \\
   "\$logopt" -Dkafka.logs.dir="$KAFKA_DIR" -cp "$KM_CACHE/kafka/\$version/libs/*" "\$@"
@@ -476,7 +478,9 @@ kafka_start_one() {
   local name version port heap lines
   read -r name version port heap <<<"$(kafka_broker_spec "$1")"
   lines=$(wc -l <"$KM_LOGS/kafka-$name.log" 2>/dev/null || echo 0)
-  KAFKA_HEAP="$heap" kafka_start "$name" "$version" "$port"
+  local opts="${KMIRROR_KAFKA_JVM_OPTS:-}"
+  case "$name" in r-*) opts="$KAFKA_R_JVM_OPTS" ;; esac
+  KAFKA_HEAP="$heap" KMIRROR_KAFKA_JVM_OPTS="$opts" kafka_start "$name" "$version" "$port"
   wait_for "kafka $name to start" "${KMIRROR_KAFKA_START_TIMEOUT:-90}" "kafka-$name" \
     kafka_started_after "$name" "$port" "$lines" || die "kafka $name did not start"
 }

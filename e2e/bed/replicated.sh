@@ -19,11 +19,15 @@
 #
 # Both: default.replication.factor=3, min.insync.replicas=2 (internal topics too),
 # unclean.leader.election.enable=false by default and settable per topic. Brokers run with
-# KMIRROR_R_BROKER_HEAP (384m), controllers with KMIRROR_R_CONTROLLER_HEAP (256m).
+# KMIRROR_R_BROKER_HEAP (384m), controllers with KMIRROR_R_CONTROLLER_HEAP (256m), every node with
+# KMIRROR_R_JVM_OPTS (-XX:TieredStopAtLevel=1).
 # Component names (pid files, logs, verbs): kafka-r-source-1..3, kafka-r-source-controller,
 # kafka-r-destination-1..3, kafka-r-destination-controller.
 
 KAFKA_R_HEAP="${KMIRROR_R_BROKER_HEAP:-384m}"
+# The JIT's first tier only: eight JVMs starting at once on two cores spend most of their start
+# in the optimising compiler (measured: up in 15 s instead of 40 s); the bed's traffic is light.
+KAFKA_R_JVM_OPTS="${KMIRROR_R_JVM_OPTS--XX:TieredStopAtLevel=1}"
 KAFKA_R_CONTROLLER_HEAP="${KMIRROR_R_CONTROLLER_HEAP:-256m}"
 KAFKA_R_BROKERS=(1 2 3)
 KAFKA_R_CONTROLLER_ID=100
@@ -212,7 +216,7 @@ kafka_r_up() {
     fi
     local id="$KAFKA_R_SOURCE_ID"
     [ "$c" = r-destination ] && id="$KAFKA_R_DEST_ID"
-    (kafka_format "$dir" "$KAFKA_VERSION" "$id" "${scram[@]}" &&
+    (KMIRROR_KAFKA_JVM_OPTS="$KAFKA_R_JVM_OPTS" kafka_format "$dir" "$KAFKA_VERSION" "$id" "${scram[@]}" &&
       mkdir -p "$templates" && rm -rf "$templates/$dir.tmp" &&
       cp -a "$KAFKA_DIR/$dir/data" "$templates/$dir.tmp" && mv "$templates/$dir.tmp" "$templates/$dir") &
     pids+=($!)
@@ -224,7 +228,8 @@ kafka_r_up() {
     dir="$c-$(kafka_r_node_dir "$n")"
     local heap="$KAFKA_R_HEAP"
     ((n == 0)) && heap="$KAFKA_R_CONTROLLER_HEAP"
-    KAFKA_HEAP="$heap" kafka_start "$dir" "$KAFKA_VERSION" "$(kafka_r_node_port "$c" "$n")"
+    KAFKA_HEAP="$heap" KMIRROR_KAFKA_JVM_OPTS="$KAFKA_R_JVM_OPTS" \
+      kafka_start "$dir" "$KAFKA_VERSION" "$(kafka_r_node_port "$c" "$n")"
   done < <(kafka_r_nodes)
   while read -r c n; do
     ((n == 0)) && continue
