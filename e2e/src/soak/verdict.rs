@@ -86,13 +86,13 @@ pub fn verify_topic(
         Ok(p) => p,
         Err(e) => return failed(format!("cannot write the password file: {e}")),
     };
-    let (src, dst) = if reverse {
+    // The replicated destination (SASL) is the verifier's destination, or its source when
+    // verifying the reverse mirror; the replicated source (PLAINTEXT) is the other side.
+    let (sasl_side, plain_side) = if reverse {
         ("source", "destination")
     } else {
         ("destination", "source")
     };
-    let sasl_side = if reverse { src } else { dst };
-    let plain_side = if reverse { dst } else { src };
     let mut cmd = Command::new(crate::fetcher::binary("kmirror-verify"));
     cmd.args([
         "--mirror",
