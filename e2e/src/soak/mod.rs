@@ -7,8 +7,9 @@
 //!
 //! Parts: [`plan`] (the seeded schedule), [`workload`] (topics and traffic), [`mirror`] (the
 //! chart, the ClusterMirror, status), [`inject`] (one fault), [`cycle`] (failover → failback),
-//! [`verdict`] (verification and the table).
+//! [`verdict`] (verification and the table), [`compaction`] (what compaction explains).
 
+pub mod compaction;
 pub mod cycle;
 pub mod inject;
 pub mod mirror;
@@ -219,11 +220,16 @@ pub async fn run(opts: &Options) -> anyhow::Result<(String, bool)> {
     let consumed = workload.consumed.load(std::sync::atomic::Ordering::Relaxed);
     let counters = tokio::task::spawn_blocking(move || workload.stop()).await?;
     let mut produced = (0, 0, 0);
-    for (_, c) in &counters {
+    let mut producer_failures = Vec::new();
+    for (topic, c) in &counters {
         use std::sync::atomic::Ordering::Relaxed;
         produced.0 += c.delivered.load(Relaxed);
         produced.1 += c.failed.load(Relaxed);
         produced.2 += c.aborted.load(Relaxed);
+        if c.failed.load(Relaxed) > 0 {
+            let last = c.last_error.lock().map(|e| e.clone()).unwrap_or_default();
+            producer_failures.push((topic.clone(), c.failed.load(Relaxed), last));
+        }
     }
     // Partitions FAILED with a reason are reported as such; the others must drain.
     let drained =
@@ -253,6 +259,25 @@ pub async fn run(opts: &Options) -> anyhow::Result<(String, bool)> {
         .await?;
         checks.extend(c);
     }
+    let mut compaction = std::collections::BTreeMap::new();
+    for t in topics.iter().filter(|t| {
+        t.configs
+            .iter()
+            .any(|(k, v)| *k == "cleanup.policy" && v.contains("compact"))
+    }) {
+        for p in 0..t.partitions {
+            let (source, destination, topic) = (
+                bed.r_source_config(),
+                bed.r_dest_config(DestUser::Admin),
+                t.name.clone(),
+            );
+            let c = tokio::task::spawn_blocking(move || {
+                compaction::check(&source, &destination, &topic, p)
+            })
+            .await?;
+            compaction.insert(format!("{}-{p}", t.name), c);
+        }
+    }
     say(start, format!("verified {} partitions", checks.len()));
     let findings = Findings {
         seed: opts.seed,
@@ -266,6 +291,8 @@ pub async fn run(opts: &Options) -> anyhow::Result<(String, bool)> {
         produced,
         consumed,
         diverged_topic: diverged,
+        compaction,
+        producer_failures,
     };
     let (table, why) = verdict::render(&findings);
     println!("\n{table}");

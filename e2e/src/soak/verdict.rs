@@ -11,6 +11,7 @@ use std::time::Duration;
 use kmirror_crds::v1alpha1::PartitionState;
 use serde::Deserialize;
 
+use super::compaction::CompactionCheck;
 use super::cycle::CycleOutcome;
 use super::mirror::{Monitor, PartitionView};
 use super::plan::FaultKind;
@@ -209,6 +210,10 @@ pub struct Findings {
     pub consumed: u64,
     /// The topic whose source log is diverged on purpose.
     pub diverged_topic: String,
+    /// The compacted partitions' own check, by `topic-partition`.
+    pub compaction: BTreeMap<String, Result<CompactionCheck, String>>,
+    /// Producers that gave up on records: topic, how many, the last error.
+    pub producer_failures: Vec<(String, u64, Option<String>)>,
 }
 
 /// A partition FAILED (or otherwise not mirroring) at the end, with its reason when it has one.
@@ -245,6 +250,7 @@ pub fn render(f: &Findings) -> (String, Vec<String>) {
     let mut totals = Totals::default();
     let mut excluded = Totals::default();
     let mut verifier_errors = Vec::new();
+    let mut compacted_away = 0;
     for c in &f.checks {
         let label = format!("{}-{}", c.topic, c.partition);
         match &c.report {
@@ -265,6 +271,17 @@ pub fn render(f: &Findings) -> (String, Vec<String>) {
                 }
             }
             Ok(r) => {
+                let explained = match f.compaction.get(&label) {
+                    Some(Ok(c)) if r.missing == 0 && r.different == 0 && c.explains(r.extra) => {
+                        r.extra
+                    }
+                    _ => 0,
+                };
+                compacted_away += explained;
+                let r = &VerifyReport {
+                    extra: r.extra - explained,
+                    ..r.clone()
+                };
                 totals.add(r);
                 if !r.examples.is_empty() && (r.missing + r.different + r.extra + r.trailing) > 0 {
                     for (s, d, what) in r.examples.iter().take(3) {
@@ -312,9 +329,27 @@ pub fn render(f: &Findings) -> (String, Vec<String>) {
         "{:<34} {} (acknowledged on the source; {} failed, {} in aborted transactions); group consumed {}",
         "records produced", f.produced.0, f.produced.1, f.produced.2, f.consumed
     );
+    for (topic, n, last) in &f.producer_failures {
+        let _ = writeln!(
+            t,
+            "  {topic}: {n} records not acknowledged ({})",
+            last.as_deref().unwrap_or("no error recorded")
+        );
+    }
     let _ = writeln!(t, "{:<34} {}", "records mirrored", totals.mirrored);
     let _ = writeln!(t, "{:<34} {}", "lost", totals.lost);
     let _ = writeln!(t, "{:<34} {}", "duplicated", totals.duplicated);
+    if compacted_away > 0 {
+        let _ = writeln!(
+            t,
+            "  (not counted: {compacted_away} destination records the source has compacted away; each is followed by a later record with the same key, no value is there twice, and every key's latest value matches)"
+        );
+    }
+    for (label, c) in &f.compaction {
+        if let Err(e) = c {
+            verifier_errors.push(format!("{label}: compaction check: {e}"));
+        }
+    }
     let _ = writeln!(t, "{:<34} {}", "field mismatches", totals.mismatched);
     let _ = writeln!(
         t,
@@ -583,6 +618,39 @@ mod tests {
         assert!(
             table.contains("offsets identical                  1/1 partitions"),
             "{table}"
+        );
+    }
+
+    #[test]
+    fn extra_records_compaction_explains_are_not_duplicates() {
+        let mut f = findings();
+        f.diverged_topic = "d".into();
+        f.checks[0].report = Ok(report(0, 100, 0, 5));
+        let check = CompactionCheck {
+            destination_records: 105,
+            superseded: 7,
+            keys: 10,
+            ..Default::default()
+        };
+        f.compaction.insert("a-0".into(), Ok(check.clone()));
+        let (table, why) = render(&f);
+        assert!(why.is_empty(), "{why:?}\n{table}");
+        assert!(
+            table.contains("5 destination records the source has compacted away"),
+            "{table}"
+        );
+        // A duplicated value is not explained.
+        f.compaction.insert(
+            "a-0".into(),
+            Ok(CompactionCheck {
+                duplicate_values: 1,
+                ..check
+            }),
+        );
+        let (_, why) = render(&f);
+        assert!(
+            why.iter().any(|w| w.contains("5 records duplicated")),
+            "{why:?}"
         );
     }
 
