@@ -13,8 +13,9 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 
 use super::inject::Ctx;
 use super::mirror::{self, MIRROR};
-use super::verdict::{self, PartitionCheck};
-use super::workload::{GROUP, Role, Target};
+use super::topics::Role;
+use super::verify::{self, PartitionCheck};
+use super::workload::{GROUP, Target};
 use crate::kafka::DestUser;
 
 /// The reverse mirror `kubectl mirror failback` creates.
@@ -275,7 +276,7 @@ pub async fn run(ctx: &mut Ctx<'_>) -> CycleOutcome {
         });
         let (b, n, t) = (bed.clone(), ns.clone(), topic.clone());
         out.reverse =
-            tokio::task::spawn_blocking(move || verdict::verify_topic(&b, &n, REVERSE, &t, true))
+            tokio::task::spawn_blocking(move || verify::verify_topic(&b, &n, REVERSE, &t, true))
                 .await
                 .unwrap_or_default();
     }

@@ -5,16 +5,19 @@
 //! record by record. The run prints a table and passes only without loss, duplicates,
 //! mismatches or partitions stuck without a reason.
 //!
-//! Parts: [`plan`] (the seeded schedule), [`workload`] (topics and traffic), [`mirror`] (the
+//! Parts: [`plan`] (the seeded schedule), [`topics`] and [`workload`] (traffic), [`mirror`] (the
 //! chart, the ClusterMirror, status), [`inject`] (one fault), [`cycle`] (failover → failback),
-//! [`verdict`] (verification and the table), [`compaction`] (what compaction explains).
+//! [`verify`] (`kmirror-verify`), [`compaction`] (what compaction explains), [`verdict`] (the
+//! table).
 
 pub mod compaction;
 pub mod cycle;
 pub mod inject;
 pub mod mirror;
 pub mod plan;
+pub mod topics;
 pub mod verdict;
+pub mod verify;
 pub mod workload;
 
 use std::time::{Duration, Instant};
@@ -25,8 +28,9 @@ use crate::faults;
 use crate::kafka::DestUser;
 use crate::operator::Scenario;
 use mirror::{MIRROR, Monitor, PartitionView};
+use topics::Role;
 use verdict::{FaultRecord, Findings};
-use workload::{Role, Workload};
+use workload::Workload;
 
 /// How long after a fault is healed the mirror may take to catch up before it counts as not
 /// recovered.
@@ -108,7 +112,7 @@ pub async fn run(opts: &Options) -> anyhow::Result<(String, bool)> {
         "{}-",
         crate::kafka::unique_name(&format!("soak{}", opts.seed))
     );
-    let topics = workload::topics(&prefix);
+    let topics = topics::topics(&prefix);
     let diverged = topics
         .iter()
         .find(|t| t.role == Role::Diverge)
@@ -122,7 +126,7 @@ pub async fn run(opts: &Options) -> anyhow::Result<(String, bool)> {
             topics.len()
         ),
     );
-    workload::create_topics(bed, &topics, opts.seed).await?;
+    topics::create_topics(bed, &topics, opts.seed).await?;
     let (b, n) = (bed.clone(), ns.clone());
     tokio::task::spawn_blocking(move || mirror::helm_install(&b, &n)).await??;
     say(start, "kmirror installed with Helm (2 operator replicas)");
@@ -254,7 +258,7 @@ pub async fn run(opts: &Options) -> anyhow::Result<(String, bool)> {
     for t in &topics {
         let (b, n, topic) = (bed.clone(), ns.clone(), t.name.clone());
         let c = tokio::task::spawn_blocking(move || {
-            verdict::verify_topic(&b, &n, MIRROR, &topic, false)
+            verify::verify_topic(&b, &n, MIRROR, &topic, false)
         })
         .await?;
         checks.extend(c);
