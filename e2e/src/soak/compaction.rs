@@ -1,7 +1,8 @@
 //! A compacted topic's check for the soak. Both clusters compact on their own schedules, so the
-//! destination may still hold records the source has already compacted away: `kmirror-verify`
-//! counts them as extra. They are not duplicates when a later record with the same key follows
-//! them on the destination. Every soak record's value is unique (it names its topic, partition
+//! destination may still hold records the source has already compacted away (`kmirror-verify`
+//! counts them as extra) and may have compacted away records the source still holds (counted as
+//! missing). Neither is a duplicate or a loss when a later record with the same key follows them
+//! on the side that still has them. Every soak record's value is unique (it names its topic, partition
 //! and sequence number), so a value found twice on the destination is a real duplicate; and the
 //! latest record per key must be the same on both sides.
 
@@ -19,6 +20,8 @@ pub struct CompactionCheck {
     pub destination_records: u64,
     /// Destination records followed by a later record with the same key.
     pub superseded: u64,
+    /// Source records followed by a later record with the same key.
+    pub source_superseded: u64,
     /// Destination records whose (non-null) value appears more than once there.
     pub duplicate_values: u64,
     /// Keys whose latest value differs between the sides (a tombstone counts as absent).
@@ -28,10 +31,14 @@ pub struct CompactionCheck {
 }
 
 impl CompactionCheck {
-    /// Extra records explained by compaction: no duplicate values, the same latest value for
-    /// every key, and at least `extra` superseded records.
-    pub fn explains(&self, extra: u64) -> bool {
-        self.duplicate_values == 0 && self.latest_mismatches == 0 && self.superseded >= extra
+    /// Extra and missing records explained by compaction: no duplicate values, the same latest
+    /// value for every key, at least `extra` superseded records on the destination and at least
+    /// `missing` on the source.
+    pub fn explains(&self, extra: u64, missing: u64) -> bool {
+        self.duplicate_values == 0
+            && self.latest_mismatches == 0
+            && self.superseded >= extra
+            && self.source_superseded >= missing
     }
 }
 
@@ -99,25 +106,35 @@ fn latest(records: &[Record]) -> BTreeMap<Vec<u8>, Option<Vec<u8>>> {
     out
 }
 
+/// Records followed by a later record with the same key.
+fn superseded(records: &[Record]) -> u64 {
+    let mut last_index: HashMap<&[u8], usize> = HashMap::new();
+    for (i, (k, _)) in records.iter().enumerate() {
+        if let Some(k) = k {
+            last_index.insert(k.as_slice(), i);
+        }
+    }
+    records
+        .iter()
+        .enumerate()
+        .filter(|(i, (k, _))| {
+            k.as_ref()
+                .and_then(|k| last_index.get(k.as_slice()))
+                .is_some_and(|last| last > i)
+        })
+        .count() as u64
+}
+
 /// The comparison itself (records in offset order).
 pub fn compare(source: &[Record], destination: &[Record]) -> CompactionCheck {
     let mut c = CompactionCheck {
         destination_records: destination.len() as u64,
         ..Default::default()
     };
-    let mut last_index: HashMap<&[u8], usize> = HashMap::new();
-    for (i, (k, _)) in destination.iter().enumerate() {
-        if let Some(k) = k {
-            last_index.insert(k.as_slice(), i);
-        }
-    }
+    c.superseded = superseded(destination);
+    c.source_superseded = superseded(source);
     let mut seen: HashMap<&[u8], u64> = HashMap::new();
-    for (i, (k, v)) in destination.iter().enumerate() {
-        if let Some(k) = k
-            && last_index.get(k.as_slice()).is_some_and(|&last| last > i)
-        {
-            c.superseded += 1;
-        }
+    for (_, v) in destination {
         if let Some(v) = v {
             *seen.entry(v.as_slice()).or_default() += 1;
         }
@@ -160,8 +177,16 @@ mod tests {
         assert_eq!(c.superseded, 2);
         assert_eq!(c.duplicate_values, 0);
         assert_eq!(c.latest_mismatches, 0);
-        assert!(c.explains(2));
-        assert!(!c.explains(3), "more extra records than superseded ones");
+        assert!(c.explains(2, 0));
+        assert!(!c.explains(3, 0), "more extra records than superseded ones");
+        // Compacted on the destination first: the source holds a superseded record it lacks.
+        let c = compare(
+            &[r("k", Some("k1")), r("k", Some("k2"))],
+            &[r("k", Some("k2"))],
+        );
+        assert_eq!(c.source_superseded, 1);
+        assert!(c.explains(0, 1));
+        assert!(!c.explains(0, 2));
     }
 
     #[test]
@@ -169,10 +194,10 @@ mod tests {
         let source = vec![r("a", Some("a1"))];
         let twice = compare(&source, &[r("a", Some("a1")), r("a", Some("a1"))]);
         assert_eq!(twice.duplicate_values, 1);
-        assert!(!twice.explains(1));
+        assert!(!twice.explains(1, 0));
         let wrong = compare(&source, &[r("a", Some("a0"))]);
         assert_eq!(wrong.latest_mismatches, 1);
-        assert!(!wrong.explains(0));
+        assert!(!wrong.explains(0, 0));
         // A key deleted (tombstone) on one side and gone on the other agrees.
         assert_eq!(compare(&[], &[r("x", None)]).latest_mismatches, 0);
     }

@@ -1,6 +1,6 @@
 //! The soak's failover → failback cycle on the orders topic, with `kubectl mirror` as an
 //! operator would run it: the applications stop, the topic fails over, the consumer group's
-//! offsets and the records after them are replayed on the destination independently and
+//! offsets and the records around them are replayed on the destination independently and
 //! compared with the source, the applications write to the destination, the topic fails back
 //! (the reverse mirror copies those writes to the old source, verified), the reverse mirror
 //! fails over, and the forward mirror resumes.
@@ -28,7 +28,8 @@ pub struct GroupReplay {
     pub partitions: usize,
     /// Of those, how many have the same committed offset on the destination.
     pub offsets_equal: usize,
-    /// Records read after the committed offsets (destination), compared with the source's.
+    /// Records read around the committed offsets (10 before, up to 10 after) on the
+    /// destination, compared with the source's at the same positions.
     pub compared: usize,
     /// Of those, how many are identical (offset, key, value).
     pub records_equal: usize,
@@ -152,8 +153,9 @@ fn replay(
             ));
         }
         let Some(dst) = dst else { continue };
-        let theirs = read_some(source, topic, p, src, 20);
-        let ours = read_some(destination, topic, p, dst, 20);
+        // Around the committed offset: 10 records before it, up to 10 after.
+        let theirs = read_some(source, topic, p, (src - 10).max(0), 20);
+        let ours = read_some(destination, topic, p, (dst - 10).max(0), 20);
         for (i, d) in ours.iter().enumerate() {
             r.compared += 1;
             if theirs.get(i) == Some(d) {

@@ -36,7 +36,7 @@ use workload::Workload;
 /// recovered.
 const RECOVERY_LIMIT: Duration = Duration::from_secs(240);
 /// A partition counts as caught up at this lag (records) or less.
-const LAG_OK: i64 = 300;
+const LAG_OK: i64 = 100;
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -169,6 +169,7 @@ pub async fn run(opts: &Options) -> anyhow::Result<(String, bool)> {
             .filter(|v| v.last_error.is_some())
             .map(PartitionView::label)
             .collect();
+        let injected_at = phase.elapsed();
         let injected = {
             let mut ctx = inject::Ctx {
                 bed,
@@ -214,6 +215,7 @@ pub async fn run(opts: &Options) -> anyhow::Result<(String, bool)> {
             what: injected.what,
             error: injected.error,
             recovery,
+            window: injected.healed_at.saturating_sub(injected_at),
         });
     }
 
