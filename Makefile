@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 export CARGO_TARGET_DIR ?= $(HOME)/.cache/kmirror/target
 
-.PHONY: test demo lint build testbed-up testbed-down crds bench bench-fetcher image image-check deploy-manifests
+.PHONY: test demo lint build testbed-up testbed-down crds bench bench-fetcher image image-check deploy-manifests soak
 
 ## test: lint, start the test bed if needed, run every test, stop what was started.
 test:
@@ -30,6 +30,15 @@ testbed-up:
 
 testbed-down:
 	e2e/testbed.sh down
+
+## soak: kmirror (Helm, 2 operator replicas) mirrors 9 topics on the bed's replicated pair under
+## traffic and a seeded schedule of faults, then verifies every partition and prints a verdict.
+## SOAK_MINUTES (default 20) of faults; SOAK_SEED (default: drawn, printed) repeats a run. Not
+## part of test. E.g. make soak SOAK_MINUTES=3 SOAK_SEED=1
+SOAK_MINUTES ?= 20
+SOAK_SEED ?=
+soak:
+	SOAK_MINUTES=$(SOAK_MINUTES) SOAK_SEED=$(SOAK_SEED) cargo run -q -p kmirror-e2e --bin kmirror-soak
 
 ## bench: kmirror vs MirrorMaker 2 vs the bed's limit (~13 min; BENCH_BYTES=200MB BENCH_RUNS=1 to try). Not part of test.
 bench:

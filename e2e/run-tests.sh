@@ -35,7 +35,7 @@ step "build"
 cargo build --workspace --bins --tests
 
 step "test bed up"
-e2e/testbed.sh up --compat
+e2e/testbed.sh up --compat --brokers 3
 
 # promtool (alert rule tests) and the Argo CD health runner, built from their Go modules once
 # and cached under ~/.cache/kmirror; the tests that use them would build them too.

@@ -1,16 +1,32 @@
 #!/usr/bin/env bash
 # The kmirror test bed: real Apache Kafka clusters and a real Kubernetes control plane on loopback.
 #
-#   e2e/testbed.sh up [--compat] [--kafka-only]   start everything (idempotent)
+#   e2e/testbed.sh up [--compat] [--kafka-only] [--brokers 3]
+#                                                 start everything (idempotent); --brokers 3 adds
+#                                                 the replicated pair (3 + 3 brokers)
 #   e2e/testbed.sh env                            shell exports for tests and tools: eval "$(e2e/testbed.sh env)"
 #   e2e/testbed.sh status                         what runs, by recorded PID
 #   e2e/testbed.sh logs [NAME|POD]                list logs, or print one (a component or a pod)
 #   e2e/testbed.sh restart NAME                   restart one broker (kafka-source, kafka-destination, ...)
+#                                                 or the node agent (node-agent: rebuilt, pods keep running)
 #   e2e/testbed.sh stop NAME | start NAME         stop or start one broker, keeping its data
-#   e2e/testbed.sh down                           stop what `up` started and remove its state
+#   e2e/testbed.sh down [--replicated]            stop what `up` started and remove its state
+#                                                 (--replicated: only the replicated pair)
+#
+# Fault verbs (docs/testbed-faults.md), each printing what it did:
+#   kill BROKER | sigstop BROKER | sigcont BROKER  SIGKILL / SIGSTOP / SIGCONT one broker
+#   offsets TOPIC PARTITION [--on C] [--json]     leader, ISR, high watermark, each replica's log end
+#   move-leader TOPIC PARTITION [TO] [--on C]     reassignment + preferred election
+#   freeze-follower TOPIC PARTITION [--on C]      SIGSTOP an in-sync follower (HW lags); thaw [BROKER]
+#   unclean-election TOPIC PARTITION [--records N] [--hold S] [--on C]   make the log diverge
+#   heal                                          thaw and start every broker of the replicated pair
+#   zombie NS/POD | zombie-kill NS/POD|all | zombies          a pod process outliving its object
+#   kill-operator-leader NAMESPACE [--lease NAME] [--wait SECONDS]
+#   (C: r-source (default), r-destination, source, destination)
 #
 # Downloads and builds are cached under ~/.cache/kmirror (KMIRROR_CACHE), keyed by version;
-# runtime state lives under /tmp/kmirror-testbed (KMIRROR_RUN_DIR). See docs/testbed.md.
+# runtime state lives under /tmp/kmirror-testbed (KMIRROR_RUN_DIR). See the README (The test bed)
+# and docs/testbed-*.md.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -18,6 +34,8 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 . "$HERE/bed/common.sh"
 # shellcheck source=bed/kafka.sh
 . "$HERE/bed/kafka.sh"
+# shellcheck source=bed/replicated.sh
+. "$HERE/bed/replicated.sh"
 HAVE_K8S=0
 if [ -f "$HERE/bed/k8s.sh" ]; then
   # shellcheck source=bed/k8s.sh
@@ -28,18 +46,27 @@ if [ -f "$HERE/bed/node.sh" ]; then
   # shellcheck source=bed/node.sh
   . "$HERE/bed/node.sh"
 fi
+# shellcheck source=bed/faults.sh
+. "$HERE/bed/faults.sh"
 
-usage() { sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,29p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 cmd_up() {
-  local compat=0 kafka_only=0 arg
-  for arg in "$@"; do
-    case "$arg" in
+  local compat=0 kafka_only=0 brokers=1
+  while [ $# -gt 0 ]; do
+    case "$1" in
       --compat) compat=1 ;;
       --kafka-only) kafka_only=1 ;;
-      *) die "unknown option for up: $arg" ;;
+      --brokers)
+        brokers="${2:-}"
+        shift
+        ;;
+      --brokers=*) brokers="${1#--brokers=}" ;;
+      *) die "unknown option for up: $1" ;;
     esac
+    shift
   done
+  case "$brokers" in 1 | 3) ;; *) die "--brokers takes 1 (the default pair only) or 3 (adds the replicated pair)" ;; esac
   local t0=$SECONDS
   need java keytool mvn openssl python3 setsid
   if ((HAVE_K8S && !kafka_only)); then need go cargo; fi
@@ -48,6 +75,10 @@ cmd_up() {
   if ((HAVE_K8S && !kafka_only)); then k8s_provision; fi
   kafka_up
   log "kafka source and destination are up ($((SECONDS - t0))s)"
+  if ((brokers == 3)); then
+    kafka_r_up
+    log "replicated pair is up ($((SECONDS - t0))s)"
+  fi
   if ((compat)); then
     kafka_up_compat
     log "compatibility sources are up ($((SECONDS - t0))s)"
@@ -67,12 +98,14 @@ cmd_env() {
   echo "export KMIRROR_TESTBED_DIR='$KM_RUN'"
   echo "export KMIRROR_CACHE='$KM_CACHE'"
   kafka_env
+  kafka_r_env
   if ((HAVE_K8S)); then k8s_env; fi
   if declare -F node_env >/dev/null; then node_env; fi
 }
 
 cmd_status() {
   kafka_status
+  kafka_r_status
   if ((HAVE_K8S)); then k8s_status; fi
   if declare -F node_status >/dev/null; then node_status; fi
 }
@@ -96,22 +129,39 @@ cmd_logs() {
 
 cmd_stop() {
   [ $# -eq 1 ] || die "usage: e2e/testbed.sh stop NAME"
-  kafka_stop_one "$1"
+  local name t0=$SECONDS
+  name="$(_fault_broker "$1")"
+  kafka_stop_one "$name"
+  say "stop: $name stopped (SIGTERM, controlled shutdown; data kept) in $((SECONDS - t0))s"
 }
 
 cmd_start() {
   [ $# -eq 1 ] || die "usage: e2e/testbed.sh start NAME"
-  kafka_start_one "$1"
+  local name t0=$SECONDS
+  name="$(_fault_broker "$1")"
+  kafka_start_one "$name"
+  say "start: $name started (pid $(cat "$KM_PIDS/$name.pid")) in $((SECONDS - t0))s"
 }
 
 cmd_restart() {
+  if [ "${1:-}" = node-agent ] && declare -F node_restart >/dev/null; then
+    node_restart
+    return
+  fi
   cmd_stop "$@"
   cmd_start "$@"
 }
 
 cmd_down() {
+  if [ "${1:-}" = --replicated ]; then
+    kafka_r_down
+    log "replicated pair stopped"
+    return
+  fi
+  [ $# -eq 0 ] || die "usage: e2e/testbed.sh down [--replicated]"
   if declare -F node_down >/dev/null; then node_down; fi
   if ((HAVE_K8S)); then k8s_down; fi
+  kafka_r_down
   kafka_down
   log "test bed stopped"
 }
@@ -127,7 +177,20 @@ main() {
     stop) cmd_stop "$@" ;;
     start) cmd_start "$@" ;;
     restart) cmd_restart "$@" ;;
-    down) cmd_down ;;
+    down) cmd_down "$@" ;;
+    kill) fault_kill "$@" ;;
+    sigstop) fault_sigstop "$@" ;;
+    sigcont) fault_sigcont "$@" ;;
+    offsets) fault_offsets "$@" ;;
+    move-leader) fault_move_leader "$@" ;;
+    freeze-follower) fault_freeze_follower "$@" ;;
+    thaw) fault_thaw "$@" ;;
+    heal) fault_heal ;;
+    unclean-election) fault_unclean_election "$@" ;;
+    zombie) fault_zombie "$@" ;;
+    zombie-kill) fault_zombie_kill "$@" ;;
+    zombies) fault_zombies ;;
+    kill-operator-leader) fault_kill_operator_leader "$@" ;;
     -h | --help | help | "") usage ;;
     *) usage >&2; exit 2 ;;
   esac

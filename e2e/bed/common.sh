@@ -36,6 +36,8 @@ stop_pid() {
   [ -f "$f" ] || return 0
   pid="$(cat "$f")"
   if kill -0 "$pid" 2>/dev/null; then
+    # A process frozen with SIGSTOP (a fault verb) would not act on SIGTERM.
+    kill -CONT -- "-$pid" 2>/dev/null || kill -CONT "$pid" 2>/dev/null || true
     kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null
     for ((i = 0; i < grace * 5; i++)); do
       kill -0 "$pid" 2>/dev/null || break

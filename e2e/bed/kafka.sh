@@ -186,7 +186,9 @@ case "\$version" in
   4.*) logopt="-Dlog4j2.configurationFile=$KAFKA_DIR/log4j2.properties" ;;
   *) logopt="-Dlog4j.configuration=file:$KAFKA_DIR/log4j.properties" ;;
 esac
-exec java -Xms256m "-Xmx\$heap" -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \\
+# KMIRROR_KAFKA_JVM_OPTS: extra JVM options (word-split), e.g. the replicated pair's.
+# shellcheck disable=SC2086
+exec java -Xms256m "-Xmx\$heap" -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \${KMIRROR_KAFKA_JVM_OPTS:-} \\
   -XX:InitiatingHeapOccupancyPercent=35 -Djava.awt.headless=true \\
   -Dorg.apache.kafka.sasl.oauthbearer.allowed.urls=file://$KAFKA_PKI/jwks.json \\
   "\$logopt" -Dkafka.logs.dir="$KAFKA_DIR" -cp "$KM_CACHE/kafka/\$version/libs/*" "\$@"
@@ -202,15 +204,17 @@ EOF
 }
 
 kafka_common_props() {
-  # kafka_common_props DATA_DIR
+  # kafka_common_props DATA_DIR [REPLICATION_FACTOR MIN_INSYNC_REPLICAS] (default 1 1)
+  local rf="${2:-1}" min_isr="${3:-1}"
   cat <<EOF
 log.dirs=$1
 num.partitions=1
-default.replication.factor=1
-offsets.topic.replication.factor=1
+default.replication.factor=$rf
+min.insync.replicas=$min_isr
+offsets.topic.replication.factor=$rf
 offsets.topic.num.partitions=4
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
+transaction.state.log.replication.factor=$rf
+transaction.state.log.min.isr=$min_isr
 transaction.state.log.num.partitions=4
 group.initial.rebalance.delay.ms=0
 num.network.threads=2
@@ -443,14 +447,24 @@ kafka_compat28_supported() {
   [ "${KMIRROR_COMPAT28:-1}" != 0 ]
 }
 
-# Brokers by component name: NAME VERSION PORT.
+# Brokers by component name: NAME VERSION PORT HEAP. The replicated pair's nodes
+# (kafka-r-source-1, ..., kafka-r-destination-controller) are known when e2e/bed/replicated.sh
+# is sourced.
 kafka_broker_spec() {
   case "$1" in
-    kafka-source) echo "source $KAFKA_VERSION 19092" ;;
-    kafka-destination) echo "destination $KAFKA_VERSION 29092" ;;
-    kafka-compat39) echo "compat39 $KAFKA_COMPAT39_VERSION 39092" ;;
-    kafka-compat28) echo "compat28 $KAFKA_COMPAT28_VERSION 28092" ;;
-    *) die "unknown broker $1 (kafka-source, kafka-destination, kafka-compat39, kafka-compat28)" ;;
+    kafka-source) echo "source $KAFKA_VERSION 19092 $KAFKA_HEAP" ;;
+    kafka-destination) echo "destination $KAFKA_VERSION 29092 $KAFKA_HEAP" ;;
+    kafka-compat39) echo "compat39 $KAFKA_COMPAT39_VERSION 39092 $KAFKA_HEAP" ;;
+    kafka-compat28) echo "compat28 $KAFKA_COMPAT28_VERSION 28092 $KAFKA_HEAP" ;;
+    kafka-r-source-[123] | kafka-r-destination-[123])
+      local c="${1#kafka-}" n="${1##*-}"
+      c="${c%-*}"
+      echo "$c-$n $KAFKA_VERSION $(kafka_r_port "$c" "$n" 2) $KAFKA_R_HEAP" ;;
+    kafka-r-source-controller | kafka-r-destination-controller)
+      local c="${1#kafka-}"
+      c="${c%-controller}"
+      echo "$c-controller $KAFKA_VERSION $(kafka_r_port "$c" 0 3) $KAFKA_R_CONTROLLER_HEAP" ;;
+    *) die "unknown broker $1 (kafka-source, kafka-destination, kafka-compat39, kafka-compat28, kafka-r-source-1..3, kafka-r-destination-1..3)" ;;
   esac
 }
 
@@ -461,10 +475,12 @@ kafka_stop_one() {
 }
 
 kafka_start_one() {
-  local name version port lines
-  read -r name version port <<<"$(kafka_broker_spec "$1")"
+  local name version port heap lines
+  read -r name version port heap <<<"$(kafka_broker_spec "$1")"
   lines=$(wc -l <"$KM_LOGS/kafka-$name.log" 2>/dev/null || echo 0)
-  kafka_start "$name" "$version" "$port"
+  local opts="${KMIRROR_KAFKA_JVM_OPTS:-}"
+  case "$name" in r-*) opts="$KAFKA_R_JVM_OPTS" ;; esac
+  KAFKA_HEAP="$heap" KMIRROR_KAFKA_JVM_OPTS="$opts" kafka_start "$name" "$version" "$port"
   wait_for "kafka $name to start" "${KMIRROR_KAFKA_START_TIMEOUT:-90}" "kafka-$name" \
     kafka_started_after "$name" "$port" "$lines" || die "kafka $name did not start"
 }
@@ -472,7 +488,8 @@ kafka_start_one() {
 # kafka_started_after NAME PORT LINES: started, judging only log lines after LINES.
 kafka_started_after() {
   port_open 127.0.0.1 "$2" &&
-    tail -n "+$(($3 + 1))" "$KM_LOGS/kafka-$1.log" | grep -qE 'Kafka Server started|\] started \(kafka.server.KafkaServer\)'
+    tail -n "+$(($3 + 1))" "$KM_LOGS/kafka-$1.log" |
+    grep -qE 'Kafka Server started|\] started \(kafka.server.KafkaServer\)|Kafka controller started'
 }
 
 kafka_env() {

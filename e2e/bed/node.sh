@@ -8,10 +8,13 @@
 #   pod logs   $KM_RUN/pods/<namespace>_<pod>/<container>.log (previous instance: .log.1)
 #   agent log  $KM_LOGS/node-agent.log
 #
-# Container commands are looked up in ${KMIRROR_NODE_BIN_PATH} (colon-separated, optional), then
-# the cargo target's debug and release directories, then PATH.
+# Container commands are looked up in the directories of the pod's namespace annotation
+# kmirror.io/test-bin-path (colon-separated; the e2e tests set it to their own target dir), then
+# ${KMIRROR_NODE_BIN_PATH} (colon-separated, optional), then the cargo target's debug and release
+# directories, then PATH.
 #
-# Functions: node_up, node_env, node_status, node_down, node_list_pod_logs, node_pod_log NAME.
+# Functions: node_up, node_restart, node_env, node_status, node_down, node_list_pod_logs,
+# node_pod_log NAME.
 
 NODE_NAME="${KMIRROR_NODE_NAME:-kmirror-node}"
 NODE_REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -37,24 +40,62 @@ _node_build() {
   fi
 }
 
-# node_up: build and start the agent unless it runs, then wait until the Node is Ready.
+# node_up [--built]: build (unless --built) and start the agent unless it runs, then wait until
+# the Node is Ready.
 node_up() {
   if ! is_running node-agent; then
     command -v cargo >/dev/null || die "cargo is needed to build the node agent"
-    _node_build
+    if [ "${1:-}" != --built ]; then _node_build; fi
     local -a bins=() extra=()
     local dir
-    IFS=: read -r -a extra <<<"${KMIRROR_NODE_BIN_PATH:-}"
-    for dir in "${extra[@]}"; do
-      if [ -n "$dir" ]; then bins+=(--bin-path "$dir"); fi
-    done
-    bins+=(--bin-path "$NODE_TARGET/debug" --bin-path "$NODE_TARGET/release")
+    if ((${#NODE_KEEP_BIN_DIRS[@]} > 0)); then
+      for dir in "${NODE_KEEP_BIN_DIRS[@]}"; do bins+=(--bin-path "$dir"); done
+    else
+      IFS=: read -r -a extra <<<"${KMIRROR_NODE_BIN_PATH:-}"
+      for dir in "${extra[@]}"; do
+        if [ -n "$dir" ]; then bins+=(--bin-path "$dir"); fi
+      done
+      bins+=(--bin-path "$NODE_TARGET/debug" --bin-path "$NODE_TARGET/release")
+    fi
     start_bg node-agent "$NODE_BIN" run --kubeconfig "$K8S_KUBECONFIG" --node-name "$NODE_NAME" \
       --state-dir "$NODE_STATE" --logs-dir "$NODE_PODS" "${bins[@]}"
   fi
   wait_for "node $NODE_NAME to be Ready" 60 node-agent _node_ready ||
     die "the node agent did not register a Ready node"
   log "node agent up: node $NODE_NAME, pod logs in $NODE_PODS"
+}
+
+# The --bin-path directories node_up passes instead of the default ones (set by node_restart).
+NODE_KEEP_BIN_DIRS=()
+
+# node_restart: rebuild the agent from this checkout and restart it without stopping any pod.
+# SIGKILL leaves the pod processes running; the new agent re-adopts them. The running agent's
+# --bin-path directories are kept (so namespaces without kmirror.io/test-bin-path still run the
+# binaries they ran before), unless KMIRROR_NODE_BIN_PATH is set.
+node_restart() {
+  command -v cargo >/dev/null || die "cargo is needed to build the node agent"
+  _node_build
+  local pid i
+  local -a args=()
+  if is_running node-agent; then
+    pid="$(cat "$KM_PIDS/node-agent.pid")"
+    if [ -z "${KMIRROR_NODE_BIN_PATH:-}" ]; then
+      mapfile -d '' args <"/proc/$pid/cmdline"
+      for ((i = 0; i + 1 < ${#args[@]}; i++)); do
+        if [ "${args[i]}" = --bin-path ]; then NODE_KEEP_BIN_DIRS+=("${args[i + 1]}"); fi
+      done
+    fi
+    kill -KILL "$pid" 2>/dev/null || true
+    for ((i = 0; i < 50; i++)); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    rm -f "$KM_PIDS/node-agent.pid"
+    log "node agent (pid $pid) killed; its pods keep running and are re-adopted"
+  fi
+  node_up --built
+  log "node agent restarted from $NODE_BIN (pid $(cat "$KM_PIDS/node-agent.pid")); bin path: $(
+    tr '\0' '\n' <"/proc/$(cat "$KM_PIDS/node-agent.pid")/cmdline" | sed -n '/^--bin-path$/{n;p}' | paste -sd:)"
 }
 
 # node_env: export lines for tests and tools (eval-able; nothing else on stdout).

@@ -5,11 +5,13 @@
 //! or starts one with `e2e/testbed.sh up`, then reads the bed's `env` exports.
 
 pub mod crds;
+pub mod faults;
 pub mod fetcher;
 pub mod kafka;
 pub mod kube;
 pub mod namespace;
 pub mod operator;
+pub mod soak;
 pub mod testbed;
 pub mod wire;
 

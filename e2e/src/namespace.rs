@@ -1,16 +1,39 @@
 //! Throwaway namespaces: each test works in its own and removes it at the end.
 
+use std::path::PathBuf;
+
 use k8s_openapi::api::core::v1::Namespace;
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 
 use crate::kafka::unique_name;
 
-/// Creates a namespace with a unique name starting with `prefix`.
+/// The namespace annotation that makes the bed's node agent look container commands up in the
+/// given directories first (see docs/testbed-node-agent.md).
+pub const BIN_PATH_ANNOTATION: &str = "kmirror.io/test-bin-path";
+
+/// The directory this test binary's workspace builds its binaries into (`<target>/debug`),
+/// absolute: pods of a test namespace run the fetcher and operator of this checkout, also when
+/// several checkouts share one node agent.
+pub fn test_bin_dir() -> PathBuf {
+    let dir = crate::fetcher::target_dir().join("debug");
+    if dir.is_absolute() {
+        dir
+    } else {
+        crate::testbed::repo_root().join(dir)
+    }
+}
+
+/// Creates a namespace with a unique name starting with `prefix`, annotated with
+/// [`BIN_PATH_ANNOTATION`] = [`test_bin_dir`].
 pub async fn create(client: &kube::Client, prefix: &str) -> anyhow::Result<String> {
     let name = unique_name(prefix).to_lowercase().replace('_', "-");
     let ns: Namespace = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": name, "labels": {"kmirror.io/test": "true"}}
+        "metadata": {
+            "name": name,
+            "labels": {"kmirror.io/test": "true"},
+            "annotations": {BIN_PATH_ANNOTATION: test_bin_dir().display().to_string()}
+        }
     }))?;
     Api::<Namespace>::all(client.clone())
         .create(&PostParams::default(), &ns)

@@ -21,7 +21,8 @@ pub fn repo_root() -> PathBuf {
         .to_path_buf()
 }
 
-fn script() -> PathBuf {
+/// The test bed script, `e2e/testbed.sh`.
+pub fn script() -> PathBuf {
     repo_root().join("e2e/testbed.sh")
 }
 
@@ -59,19 +60,24 @@ impl Testbed {
     /// whatever runs and starts what does not. Set `KMIRROR_TESTBED_UP_ARGS` (e.g. `--compat`)
     /// to pass options to `up`.
     pub fn get() -> &'static Testbed {
-        BED.get_or_init(|| {
-            let extra = std::env::var("KMIRROR_TESTBED_UP_ARGS").unwrap_or_default();
-            let mut args = vec!["up"];
-            args.extend(extra.split_whitespace());
-            let status = Command::new(script())
-                .args(&args)
-                .status()
-                .unwrap_or_else(|e| panic!("cannot run {}: {e}", script().display()));
-            assert!(status.success(), "e2e/testbed.sh up failed");
-            Testbed {
-                vars: parse_exports(&run_script(&["env"])),
-            }
-        })
+        BED.get_or_init(|| Testbed::start(&[]))
+    }
+
+    /// Runs `testbed.sh up` with `args` (plus `KMIRROR_TESTBED_UP_ARGS`) and reads the bed's
+    /// environment afresh.
+    pub fn start(args: &[&str]) -> Testbed {
+        let extra = std::env::var("KMIRROR_TESTBED_UP_ARGS").unwrap_or_default();
+        let mut all = vec!["up"];
+        all.extend(extra.split_whitespace());
+        all.extend_from_slice(args);
+        let status = Command::new(script())
+            .args(&all)
+            .status()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", script().display()));
+        assert!(status.success(), "e2e/testbed.sh {} failed", all.join(" "));
+        Testbed {
+            vars: parse_exports(&run_script(&["env"])),
+        }
     }
 
     /// A variable of the bed's environment; panics with a clear message when it is missing.

@@ -18,6 +18,7 @@ use crate::binding;
 use crate::pod_worker::{PodWorker, Shared};
 use crate::state::PodRecord;
 use crate::supervisor;
+use crate::zombie;
 
 struct WorkerHandle {
     tx: watch::Sender<Option<Arc<Pod>>>,
@@ -77,6 +78,21 @@ impl Controller {
             .map(|p| uid_of(&p))
             .collect();
         for record in records {
+            if record.zombie_since.is_some()
+                && !ours.contains(&record.uid)
+                && !zombie::live_shims(&record).is_empty()
+            {
+                if let Some(ip) = record.ip {
+                    self.shared
+                        .ipam
+                        .lock()
+                        .expect("ipam lock")
+                        .restore(&record.uid, ip);
+                }
+                tracing::info!(pod = %zombie::label(&record), "a zombie pod still runs; leaving it alone");
+                self.shared.zombies.add(record);
+                continue;
+            }
             if ours.contains(&record.uid) {
                 if let Some(ip) = record.ip {
                     let mut ipam = self.shared.ipam.lock().expect("ipam lock");
@@ -108,10 +124,14 @@ impl Controller {
             .boxed();
         let mut listing: Option<HashSet<String>> = None;
         let mut shutdown = self.shutdown.clone();
+        let mut reap = tokio::time::interval(Duration::from_secs(2));
         loop {
             self.workers.retain(|_, w| !w.task.is_finished());
             tokio::select! {
                 _ = shutdown.changed() => break,
+                _ = reap.tick() => {
+                    self.shared.zombies.reap(&self.shared.config.state, &self.shared.ipam);
+                }
                 event = events.next() => match event {
                     None => break,
                     Some(Err(e)) => tracing::warn!("pod watch: {e}"),

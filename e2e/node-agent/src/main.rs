@@ -6,7 +6,8 @@
 //! `mountPath` in a private mount namespace, a loopback pod IP per pod, probes, restarts with
 //! back-off, status reporting, and graceful deletion. See `docs/testbed-node-agent.md`.
 //!
-//! Subcommands: `run` (the agent), `cleanup` (stop what a dead agent left running), and two
+//! Subcommands: `run` (the agent), `cleanup` (stop what a dead agent left running), `zombies`
+//! (list or kill pods left running after a forced deletion, see `zombie.rs`), and two
 //! internal ones the agent starts itself: `shim` (supervises one container process) and `enter`
 //! (runs a command inside a container, for exec probes and hooks).
 
@@ -24,6 +25,7 @@ mod ipam;
 mod launch;
 mod logs;
 mod node;
+mod ns_bin_path;
 mod payload;
 mod pod_worker;
 mod probes;
@@ -38,6 +40,7 @@ mod status;
 mod supervisor;
 mod token;
 mod volumes;
+mod zombie;
 
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
@@ -81,6 +84,17 @@ enum Command {
         /// Seconds between SIGTERM and SIGKILL.
         #[arg(long, default_value_t = 10)]
         grace: u64,
+    },
+    /// List the zombie pods of a state directory (pods removed by force whose processes were
+    /// left running, see `kmirror.io/test-zombie-on-force-delete`), or kill them.
+    Zombies {
+        /// The agent's state directory.
+        #[arg(long)]
+        state_dir: PathBuf,
+        /// SIGKILL the processes of this zombie (`NAMESPACE/POD`, or `all`) and remove its
+        /// state.
+        #[arg(long)]
+        kill: Option<String>,
     },
     /// Internal: supervise one container process described by a launch spec.
     #[command(hide = true)]
@@ -195,6 +209,10 @@ fn main() -> anyhow::Result<()> {
             init_tracing();
             cleanup(state_dir, Duration::from_secs(grace))
         }
+        Command::Zombies { state_dir, kill } => {
+            init_tracing();
+            zombies(state_dir, kill.as_deref())
+        }
         Command::Run(args) => {
             init_tracing();
             tokio::runtime::Builder::new_multi_thread()
@@ -218,6 +236,54 @@ fn cleanup(state_dir: PathBuf, grace: Duration) -> anyhow::Result<()> {
         records.len(),
         state_dir.display()
     );
+    Ok(())
+}
+
+fn zombies(state_dir: PathBuf, kill: Option<&str>) -> anyhow::Result<()> {
+    let state = StateDir::new(state_dir)?;
+    let found = zombie::recorded(&state);
+    let Some(target) = kill else {
+        for record in &found {
+            let pids: Vec<String> = zombie::live_shims(record)
+                .iter()
+                .map(|s| s.pid.to_string())
+                .collect();
+            let since = record
+                .zombie_since
+                .as_ref()
+                .map(|t| t.0.to_string())
+                .unwrap_or_default();
+            println!(
+                "{} uid={} ip={} since={since} process-groups={}",
+                zombie::label(record),
+                record.uid,
+                record.ip.map(|ip| ip.to_string()).unwrap_or_default(),
+                pids.join(",")
+            );
+        }
+        return Ok(());
+    };
+    let chosen: Vec<_> = found
+        .iter()
+        .filter(|r| target == "all" || zombie::label(r) == target)
+        .collect();
+    anyhow::ensure!(
+        target == "all" || !chosen.is_empty(),
+        "no zombie pod {target} (list them with: kmirror-node-agent zombies --state-dir DIR)"
+    );
+    for record in chosen {
+        let pids: Vec<i32> = zombie::live_shims(record).iter().map(|s| s.pid).collect();
+        let gone = zombie::kill(&state, record, Duration::from_secs(10));
+        anyhow::ensure!(
+            gone,
+            "zombie {} did not end after SIGKILL",
+            zombie::label(record)
+        );
+        println!(
+            "killed zombie {} (process groups {pids:?})",
+            zombie::label(record)
+        );
+    }
     Ok(())
 }
 
@@ -275,6 +341,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         events: events::Events::new(client.clone(), "kmirror-node-agent", &config.node_name),
         ipam: Mutex::new(Ipam::new(args.pod_ip_first, args.pod_ip_count)),
         config: config.clone(),
+        bin_paths: ns_bin_path::NamespaceBinPaths::default(),
+        zombies: zombie::Zombies::default(),
     });
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let mut controller =

@@ -79,6 +79,10 @@ pub struct PodRecord {
     pub init_done: bool,
     /// Containers (init and regular) by name.
     pub containers: BTreeMap<String, ContainerRecord>,
+    /// Set when the pod object was removed by force while its processes were left running on
+    /// purpose (see `zombie.rs`): the processes live on, unsupervised, until they are killed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zombie_since: Option<Time>,
 }
 
 /// The state directory.
@@ -175,6 +179,7 @@ mod tests {
             start_time: Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
             init_done: true,
             containers,
+            zombie_since: None,
         };
         dir.save(&record).unwrap();
         std::fs::create_dir_all(dir.pod_dir("broken")).unwrap();

@@ -36,7 +36,7 @@ use crate::status::{self, ContainerView, PodView};
 use crate::supervisor::{self, ContainerFiles, Shim};
 use crate::token::TokenCache;
 use crate::volumes::{self, HostVolume};
-use crate::{env, logs, payload, resolve, sandbox};
+use crate::{env, logs, ns_bin_path, payload, resolve, sandbox, zombie};
 
 /// What every pod worker shares.
 pub struct Shared {
@@ -48,6 +48,10 @@ pub struct Shared {
     pub ipam: Mutex<Ipam>,
     /// Event publisher.
     pub events: Events,
+    /// Per-namespace directories searched first for container commands.
+    pub bin_paths: crate::ns_bin_path::NamespaceBinPaths,
+    /// Pods whose objects were removed by force while their processes were left running.
+    pub zombies: crate::zombie::Zombies,
 }
 
 /// The outcome of an instance, sent by its waiter task.
@@ -106,6 +110,8 @@ pub struct PodWorker {
     stopping: Option<Stopping>,
     /// A pod that finished before this agent (re)started: it is never run again.
     dormant: bool,
+    /// The zombie switch was seen on the pod and noted in its directory.
+    zombie_noted: bool,
     finished: bool,
 }
 
@@ -147,6 +153,7 @@ impl PodWorker {
                 .unwrap_or_else(now_time),
             init_done: !containers.iter().any(|c| c.init),
             containers: BTreeMap::new(),
+            zombie_since: None,
         });
         PodWorker {
             shared,
@@ -165,6 +172,7 @@ impl PodWorker {
             retry_status_at: None,
             stopping: None,
             dormant,
+            zombie_noted: false,
             finished: false,
         }
     }
@@ -369,7 +377,17 @@ impl PodWorker {
 
     /// One pass over everything that may be due.
     async fn reconcile(&mut self) {
+        if !self.zombie_noted && !self.dormant && zombie::armed(&self.pod) {
+            zombie::note_armed(&self.shared.config.state.pod_dir(&self.uid));
+            self.zombie_noted = true;
+        }
         if self.stopping.is_none() && self.pod.metadata.deletion_timestamp.is_some() {
+            let forced = self.pod.metadata.deletion_grace_period_seconds == Some(0);
+            if forced && zombie::armed(&self.pod) && !self.dormant {
+                self.delete_object().await;
+                self.become_zombie();
+                return;
+            }
             self.begin_stop(StopCause::Deleted);
         }
         if self.stopping.is_some() {

@@ -99,7 +99,14 @@ impl PodWorker {
             tracing::warn!(pod = %self.label(), "cannot rotate {}: {e}", log.display());
         }
         let was_started_before = self.rec(idx).last.is_some();
-        let program = match resolve::resolve(&argv[0], &config.bin_dirs, &config.path_var) {
+        let namespace_dirs = self
+            .shared
+            .bin_paths
+            .dirs(&self.shared.client, &self.record.namespace)
+            .await;
+        let config = &self.shared.config;
+        let bin_dirs = ns_bin_path::search_dirs(&namespace_dirs, &config.bin_dirs);
+        let program = match resolve::resolve(&argv[0], &bin_dirs, &config.path_var) {
             Ok(p) => p,
             Err(e) => {
                 if was_started_before {

@@ -28,6 +28,13 @@ impl PodWorker {
     }
 
     pub(super) fn begin_stop(&mut self, cause: StopCause) {
+        if cause == StopCause::Gone
+            && self.stopping.is_none()
+            && !self.dormant
+            && zombie::armed(&self.pod)
+        {
+            return self.become_zombie();
+        }
         if let Some(stopping) = &mut self.stopping {
             // A pod that disappears while stopping: no object left to delete.
             if cause == StopCause::Gone && stopping.cause == StopCause::Deleted {
@@ -144,5 +151,29 @@ impl PodWorker {
                 false
             }
         }
+    }
+}
+
+impl PodWorker {
+    /// The pod object was removed by force while the zombie switch was on: leave the processes
+    /// running, unsupervised, keep their IP and files, and stop working on the pod.
+    pub(super) fn become_zombie(&mut self) {
+        self.record.zombie_since = Some(now_time());
+        for c in &mut self.containers {
+            c.next_start = None;
+            c.probes.clear();
+        }
+        self.save();
+        let pids: Vec<i32> = zombie::live_shims(&self.record)
+            .iter()
+            .map(|s| s.pid)
+            .collect();
+        tracing::warn!(
+            pod = %self.label(), uid = %self.uid, shims = ?pids,
+            "pod object removed by force: its processes keep running as a zombie ({})",
+            zombie::ANNOTATION
+        );
+        self.shared.zombies.add(self.record.clone());
+        self.finished = true;
     }
 }
