@@ -103,6 +103,35 @@ pub fn replicated() -> &'static Testbed {
     REPLICATED.get_or_init(|| Testbed::start(&["--brokers", "3"]))
 }
 
+/// Exclusive use of the bed's brokers for injecting faults, across test processes and git
+/// worktrees that share one bed: a test that kills, freezes or moves anything holds this guard
+/// for as long as its faults last (`cargo test` runs test binaries one after another, so in
+/// `make test` it never waits). The replicated pair is healed when the guard goes.
+pub struct FaultLock(#[allow(dead_code)] std::fs::File);
+
+impl Drop for FaultLock {
+    fn drop(&mut self) {
+        if let Err(e) = heal() {
+            eprintln!("healing the replicated pair failed: {e:#}");
+        }
+    }
+}
+
+/// Takes the bed's fault lock, waiting for whoever holds it.
+pub fn exclusive() -> FaultLock {
+    let bed = replicated();
+    let path = std::path::Path::new(bed.var("KMIRROR_TESTBED_DIR")).join("faults.lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .unwrap_or_else(|e| panic!("opening {}: {e}", path.display()));
+    file.lock()
+        .unwrap_or_else(|e| panic!("locking {}: {e}", path.display()));
+    FaultLock(file)
+}
+
 /// Runs a verb of `e2e/testbed.sh` and returns what it printed on stdout.
 pub fn verb(args: &[&str]) -> anyhow::Result<String> {
     let out = Command::new(script())

@@ -6,8 +6,8 @@
 //!
 //! The tests share three brokers, so they run one at a time, and each leaves the pair healed.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use kmirror_e2e::Testbed;
@@ -18,20 +18,9 @@ use rdkafka::ClientConfig;
 const ON: Cluster = Cluster::RSource;
 const WAIT: Duration = Duration::from_secs(90);
 
-/// One fault test at a time; the bed is healed when the guard goes.
-struct Exclusive(#[allow(dead_code)] MutexGuard<'static, ()>);
-
-fn exclusive() -> Exclusive {
-    static LOCK: Mutex<()> = Mutex::new(());
-    Exclusive(LOCK.lock().unwrap_or_else(|e| e.into_inner()))
-}
-
-impl Drop for Exclusive {
-    fn drop(&mut self) {
-        if let Err(e) = faults::heal() {
-            eprintln!("healing the replicated pair failed: {e:#}");
-        }
-    }
+/// One fault test at a time, across processes sharing the bed; healed when the guard goes.
+fn exclusive() -> faults::FaultLock {
+    faults::exclusive()
 }
 
 fn values(prefix: &str, n: usize) -> Vec<TestRecord> {
