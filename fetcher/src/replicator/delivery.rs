@@ -225,6 +225,13 @@ mod tests {
         }
     }
 
+    /// A record without key, value or headers: it still counts (it has a timestamp).
+    fn empty_record(expected: i64, result: Result<i64, KafkaError>) -> Delivery {
+        let mut d = delivery(expected, result, 0);
+        d.pending.timestamp = Some(1_700_000_000_000);
+        d
+    }
+
     #[test]
     fn delivery_reports() {
         let refused = || KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge);
@@ -233,6 +240,7 @@ mod tests {
             // name, report for a record produced at destination 10 → outcome, confirmed log end
             ("landed where expected", delivery(10, Ok(10), 5), Ok(Confirmed::Record), 11),
             ("a placeholder landed", delivery(10, Ok(10), 0), Ok(Confirmed::Placeholder), 11),
+            ("an empty record landed", empty_record(10, Ok(10)), Ok(Confirmed::Record), 11),
             ("landed one too far", delivery(10, Ok(11), 5), Err(StopReason::ForeignWrite), 10),
             ("landed too early", delivery(10, Ok(9), 5), Err(StopReason::ForeignWrite), 10),
             ("refused by the destination", delivery(10, Err(refused()), 5), Err(StopReason::Error), 10),

@@ -360,239 +360,72 @@ mod tests {
         "orders".to_string()
     }
 
+    fn io_error() -> ConnectionError {
+        ConnectionError {
+            property: "sasl.password".into(),
+            path: "/secrets/password".into(),
+            source: std::io::Error::from(std::io::ErrorKind::NotFound),
+        }
+    }
+
     /// (stop, its reason, words its message must contain)
+    #[rustfmt::skip]
     fn table() -> Vec<(Stop, StopReason, &'static [&'static str])> {
+        use StopReason as R;
+        let client_error = || KafkaError::ClientCreation("bad property".into());
         vec![
-            (
-                Stop::ReadSettings {
-                    side: Side::Destination,
-                    source: ConnectionError {
-                        property: "sasl.password".into(),
-                        path: "/secrets/password".into(),
-                        source: std::io::Error::from(std::io::ErrorKind::NotFound),
-                    },
-                },
-                StopReason::Error,
-                &["destination connection settings", "sasl.password"],
-            ),
-            (
-                Stop::CreateClient {
-                    client: "source consumer",
-                    source: KafkaError::ClientCreation("bad property".into()),
-                },
-                StopReason::Error,
-                &["creating the source consumer", "bad property"],
-            ),
-            (
-                Stop::FetchSourceClusterId,
-                StopReason::Error,
-                &["did not report a cluster ID"],
-            ),
-            (
-                Stop::DescribeSourceTopic {
-                    topic: t(),
-                    source: AdminError::Timeout,
-                },
-                StopReason::Error,
-                &["describing source topic orders", "timed out"],
-            ),
-            (
-                Stop::SourcePartitionMissing {
-                    topic: t(),
-                    partitions: 3,
-                    partition: 5,
-                },
-                StopReason::Error,
-                &["has 3 partitions", "partition 5 does not exist"],
-            ),
-            (
-                Stop::LoadState(StateError::Timeout("__kmirror_state".into())),
-                StopReason::Error,
-                &["reading the recorded positions", "timed out"],
-            ),
-            (
-                Stop::WriteState(StateError::Missing("__kmirror_state".into())),
-                StopReason::Error,
-                &["persisting the position", "__kmirror_state"],
-            ),
-            (
-                Stop::ReadOffsetMap {
-                    partition: 2,
-                    message: "offset map chunk 1 of 2 is missing".into(),
-                },
-                StopReason::Error,
-                &["partition 2", "chunk 1 of 2 is missing"],
-            ),
-            (
-                Stop::DestinationTopicMissing {
-                    topic: t(),
-                    partition: 0,
-                },
-                StopReason::Error,
-                &["destination topic orders (partition 0) does not exist"],
-            ),
-            (
-                Stop::FetchWatermarks {
-                    side: Side::Source,
-                    topic: t(),
-                    partition: 1,
-                    source: kafka(),
-                },
-                StopReason::Error,
-                &["source watermarks of orders[1]"],
-            ),
-            (
-                Stop::DestinationLogEndMoving {
-                    topic: t(),
-                    partition: 0,
-                },
-                StopReason::Error,
-                &["keeps moving", "another client writes"],
-            ),
-            (
-                Stop::ReadRecord {
-                    side: Side::Destination,
-                    topic: t(),
-                    partition: 0,
-                    offset: 41,
-                    source: kafka(),
-                },
-                StopReason::Error,
-                &["reading destination orders[0] at offset 41"],
-            ),
-            (
-                Stop::AssignSource {
-                    topic: t(),
-                    source: kafka(),
-                },
-                StopReason::Error,
-                &["positioning the source consumer on orders"],
-            ),
-            (
-                Stop::Produce {
-                    topic: t(),
-                    partition: 0,
-                    source: kafka(),
-                },
-                StopReason::Error,
-                &["producing to orders[0]"],
-            ),
-            (
-                Stop::Delivery {
-                    topic: t(),
-                    partition: 0,
-                    source: kafka(),
-                },
-                StopReason::Error,
-                &["writing to orders[0] failed"],
-            ),
-            (
-                Stop::Unconfirmed {
-                    count: 12,
-                    timeout: Duration::from_secs(17),
-                },
-                StopReason::Error,
-                &["12 records still unconfirmed", "17s"],
-            ),
-            (
-                Stop::DeleteRecords {
-                    topic: t(),
-                    partition: 0,
-                    offset: 300,
-                    source: kafka(),
-                },
-                StopReason::Error,
-                &["placeholders of orders[0] below offset 300"],
-            ),
-            (
-                Stop::UnownedPartition {
-                    what: "delivery for",
-                    partition: 9,
-                },
-                StopReason::Error,
-                &["delivery for partition 9"],
-            ),
-            (
-                Stop::SourceClusterChanged {
-                    recorded: "abc".into(),
-                    now: "xyz".into(),
-                },
-                StopReason::SourceClusterChanged,
-                &["is xyz but this mirror recorded abc"],
-            ),
-            (
-                Stop::SourceTopicRecreated {
-                    topic: t(),
-                    was: "id1".into(),
-                    now: "id2".into(),
-                },
-                StopReason::SourceTopicRecreated,
-                &["was deleted and recreated", "id1 is now id2"],
-            ),
-            (
-                Stop::SourceTopicDeleted { topic: t() },
-                StopReason::SourceTopicDeleted,
-                &["source topic orders does not exist"],
-            ),
-            (
-                Stop::SourceTruncated {
-                    topic: t(),
-                    partition: 0,
-                    next: 100,
-                    log_start: 250,
-                },
-                StopReason::SourceTruncated,
-                &[
-                    "now starts at offset 250",
-                    "100..250",
-                    "150 records deleted",
-                ],
-            ),
-            (
-                Stop::DestinationNotEmpty {
-                    topic: t(),
-                    partition: 0,
-                    records: 7,
-                },
-                StopReason::DestinationNotEmpty,
-                &["already holds 7 records"],
-            ),
-            (
-                Stop::DestinationBeyondSource {
-                    topic: t(),
-                    partition: 0,
-                    last_copied: 99,
-                    source_end: 50,
-                },
-                StopReason::ForeignWrite,
-                &["up to source offset 99", "log ends at 50"],
-            ),
-            (
-                Stop::LastRecordNotACopy {
-                    topic: t(),
-                    partition: 0,
-                    destination_offset: 9,
-                    source_offset: 9,
-                },
-                StopReason::ForeignWrite,
-                &[
-                    "offset 9 is not the copy of source offset 9",
-                    "another client wrote to the destination partition",
-                ],
-            ),
-            (
-                Stop::OffsetMismatch {
-                    topic: t(),
-                    partition: 0,
-                    expected: 10,
-                    actual: 11,
-                },
-                StopReason::ForeignWrite,
-                &[
-                    "expected at offset 10 landed at 11",
-                    "another client wrote to the destination partition",
-                ],
-            ),
+            (Stop::ReadSettings { side: Side::Destination, source: io_error() },
+             R::Error, &["destination connection settings", "sasl.password"]),
+            (Stop::CreateClient { client: "source consumer", source: client_error() },
+             R::Error, &["creating the source consumer", "bad property"]),
+            (Stop::FetchSourceClusterId,
+             R::Error, &["did not report a cluster ID"]),
+            (Stop::DescribeSourceTopic { topic: t(), source: AdminError::Timeout },
+             R::Error, &["describing source topic orders", "timed out"]),
+            (Stop::SourcePartitionMissing { topic: t(), partitions: 3, partition: 5 },
+             R::Error, &["has 3 partitions", "partition 5 does not exist"]),
+            (Stop::LoadState(StateError::Timeout("__kmirror_state".into())),
+             R::Error, &["reading the recorded positions", "timed out"]),
+            (Stop::WriteState(StateError::Missing("__kmirror_state".into())),
+             R::Error, &["persisting the position", "__kmirror_state"]),
+            (Stop::ReadOffsetMap { partition: 2, message: "offset map chunk 1 of 2 is missing".into() },
+             R::Error, &["partition 2", "chunk 1 of 2 is missing"]),
+            (Stop::DestinationTopicMissing { topic: t(), partition: 0 },
+             R::Error, &["destination topic orders (partition 0) does not exist"]),
+            (Stop::FetchWatermarks { side: Side::Source, topic: t(), partition: 1, source: kafka() },
+             R::Error, &["source watermarks of orders[1]"]),
+            (Stop::DestinationLogEndMoving { topic: t(), partition: 0 },
+             R::Error, &["keeps moving", "another client writes"]),
+            (Stop::ReadRecord { side: Side::Destination, topic: t(), partition: 0, offset: 41, source: kafka() },
+             R::Error, &["reading destination orders[0] at offset 41"]),
+            (Stop::AssignSource { topic: t(), source: kafka() },
+             R::Error, &["positioning the source consumer on orders"]),
+            (Stop::Produce { topic: t(), partition: 0, source: kafka() },
+             R::Error, &["producing to orders[0]"]),
+            (Stop::Delivery { topic: t(), partition: 0, source: kafka() },
+             R::Error, &["writing to orders[0] failed"]),
+            (Stop::Unconfirmed { count: 12, timeout: Duration::from_secs(17) },
+             R::Error, &["12 records still unconfirmed", "17s"]),
+            (Stop::DeleteRecords { topic: t(), partition: 0, offset: 300, source: kafka() },
+             R::Error, &["placeholders of orders[0] below offset 300"]),
+            (Stop::UnownedPartition { what: "delivery for", partition: 9 },
+             R::Error, &["delivery for partition 9"]),
+            (Stop::SourceClusterChanged { recorded: "abc".into(), now: "xyz".into() },
+             R::SourceClusterChanged, &["is xyz but this mirror recorded abc"]),
+            (Stop::SourceTopicRecreated { topic: t(), was: "id1".into(), now: "id2".into() },
+             R::SourceTopicRecreated, &["was deleted and recreated", "id1 is now id2"]),
+            (Stop::SourceTopicDeleted { topic: t() },
+             R::SourceTopicDeleted, &["source topic orders does not exist"]),
+            (Stop::SourceTruncated { topic: t(), partition: 0, next: 100, log_start: 250 },
+             R::SourceTruncated, &["now starts at offset 250", "100..250", "150 records deleted"]),
+            (Stop::DestinationNotEmpty { topic: t(), partition: 0, records: 7 },
+             R::DestinationNotEmpty, &["already holds 7 records"]),
+            (Stop::DestinationBeyondSource { topic: t(), partition: 0, last_copied: 99, source_end: 50 },
+             R::ForeignWrite, &["up to source offset 99", "log ends at 50"]),
+            (Stop::LastRecordNotACopy { topic: t(), partition: 0, destination_offset: 9, source_offset: 9 },
+             R::ForeignWrite, &["offset 9 is not the copy of source offset 9", "another client wrote"]),
+            (Stop::OffsetMismatch { topic: t(), partition: 0, expected: 10, actual: 11 },
+             R::ForeignWrite, &["expected at offset 10 landed at 11", "another client wrote"]),
         ]
     }
 
