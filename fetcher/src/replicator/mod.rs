@@ -2,22 +2,23 @@
 //! offset map dictates, with the destination log as the only checkpoint.
 //!
 //! A run has four parts, each in its own module:
-//! 1. **start-up** ([`startup`], decisions in [`start_plan`]): check the source cluster ID and
-//!    topic ID against what the state topic recorded; wait until the destination log end is
+//! 1. **start-up** (`startup`, its decisions pure in `start_plan`): check the source cluster ID
+//!    and topic ID against what the state topic recorded; wait until the destination log end is
 //!    stable (a previous incarnation's last requests drain) and derive the next source offset from
 //!    it through the offset map; compare the last destination record with its source record (a
 //!    foreign write fails); on an empty destination whose source log starts above 0, align the
 //!    prefix;
-//! 2. **the poll loop** ([`poll_loop`]): poll a batch, record gaps in the map (persisted before
-//!    the records that follow them), produce, re-check the source range and identity, refresh the
+//! 2. **the poll loop** (`poll_loop`): poll a batch, record gaps in the map (persisted before the
+//!    records that follow them), produce, re-check the source range and identity, refresh the
 //!    lag, persist positions periodically, honour the throttle and SIGTERM;
-//! 3. **delivery** ([`delivery`]): an idempotent producer whose every delivery report's offset is
+//! 3. **delivery** (`delivery`): an idempotent producer whose every delivery report's offset is
 //!    checked against the one the record had to get;
-//! 4. **stop** ([`finish`]): flush, persist the final position with the outcome.
+//! 4. **stop** (`finish`): flush, persist the final position with the outcome.
 //!
-//! Every way to fail is a [`Stop`]; [`Stop::reason`] maps it to the recorded
-//! [`StopReason`](kmirror_state::records::StopReason). Positions and map chunks are written by
-//! [`position`]; client configurations live in [`clients`].
+//! Every way to fail is a variant of `Stop` (module `stop`), named after the step that failed or
+//! what a check found; `Stop::reason` is the one place that maps it to the recorded
+//! [`StopReason`]. Positions and map chunks are written by `position`; client configurations
+//! live in `clients`.
 
 mod clients;
 mod delivery;
