@@ -371,7 +371,7 @@ class Kmirror:
     def settings(self):
         return {"processes": -(-self.ctx.args.partitions // max(1, self.ctx.args.partitions_per_fetcher)),
                 "binary": self.ctx.args.fetcher_bin, "http": "none", "destination_user": "mirror",
-                "client_settings": "fetcher defaults (see fetcher/src/replicator.rs)"}
+                "client_settings": "fetcher defaults (see fetcher/src/replicator/clients.rs)"}
 
     def sync_groups(self, uid, topic, group):
         """kmirror's consumer-group offset sync, one shot. Returns None while no such command

@@ -114,6 +114,17 @@ pub enum StopReason {
 }
 
 impl StopReason {
+    /// Every reason, in exit-code order of the non-retryable ones, then [`StopReason::Error`].
+    pub const ALL: [StopReason; 7] = [
+        StopReason::ForeignWrite,
+        StopReason::SourceTopicRecreated,
+        StopReason::SourceClusterChanged,
+        StopReason::SourceTopicDeleted,
+        StopReason::SourceTruncated,
+        StopReason::DestinationNotEmpty,
+        StopReason::Error,
+    ];
+
     /// Process exit code of the fetcher for this reason.
     pub fn exit_code(self) -> i32 {
         match self {
@@ -129,17 +140,7 @@ impl StopReason {
 
     /// The reason for an exit code, if it is one of these.
     pub fn from_exit_code(code: i32) -> Option<StopReason> {
-        [
-            StopReason::ForeignWrite,
-            StopReason::SourceTopicRecreated,
-            StopReason::SourceClusterChanged,
-            StopReason::SourceTopicDeleted,
-            StopReason::SourceTruncated,
-            StopReason::DestinationNotEmpty,
-            StopReason::Error,
-        ]
-        .into_iter()
-        .find(|r| r.exit_code() == code)
+        StopReason::ALL.into_iter().find(|r| r.exit_code() == code)
     }
 
     /// Whether retrying can help. A deleted source topic is not an error but a stop.
@@ -436,6 +437,50 @@ mod tests {
         assert_eq!(records.position.as_ref().unwrap().last_mirrored_offset, 41);
         records.apply(&key, None).unwrap();
         assert!(records.position.is_none());
+    }
+
+    #[test]
+    fn stop_reasons_keep_their_names_and_exit_codes() {
+        // The operator reads both (position records, pod exit codes): they never change.
+        let table = [
+            (StopReason::ForeignWrite, "foreignWrite", 10, false),
+            (
+                StopReason::SourceTopicRecreated,
+                "sourceTopicRecreated",
+                11,
+                false,
+            ),
+            (
+                StopReason::SourceClusterChanged,
+                "sourceClusterChanged",
+                12,
+                false,
+            ),
+            (
+                StopReason::SourceTopicDeleted,
+                "sourceTopicDeleted",
+                13,
+                false,
+            ),
+            (StopReason::SourceTruncated, "sourceTruncated", 14, false),
+            (
+                StopReason::DestinationNotEmpty,
+                "destinationNotEmpty",
+                15,
+                false,
+            ),
+            (StopReason::Error, "error", 1, true),
+        ];
+        assert_eq!(table.len(), StopReason::ALL.len());
+        for (reason, name, code, retryable) in table {
+            assert_eq!(serde_json::to_string(&reason).unwrap(), format!("{name:?}"));
+            assert_eq!(
+                serde_json::from_str::<StopReason>(&format!("{name:?}")).unwrap(),
+                reason
+            );
+            assert_eq!(reason.exit_code(), code, "{reason:?}");
+            assert_eq!(reason.retryable(), retryable, "{reason:?}");
+        }
     }
 
     #[test]

@@ -1,0 +1,133 @@
+//! Kafka client configurations of a fetcher: the source consumer and the destination producer.
+//! Tuning defaults yield to the user's properties; what offsets depend on is always forced.
+
+use rdkafka::ClientConfig;
+
+use super::stop::{Side, Stop};
+use crate::config::FetcherConfig;
+
+/// A cluster's client configuration from its connection settings.
+pub(super) fn cluster_config(config: &FetcherConfig, side: Side) -> Result<ClientConfig, Stop> {
+    let settings = match side {
+        Side::Source => &config.source,
+        Side::Destination => &config.destination,
+    };
+    settings
+        .client_config()
+        .map_err(|source| Stop::ReadSettings { side, source })
+}
+
+/// The source consumer: assigned partitions, no group offsets, no automatic reset (a position
+/// the source no longer has is a finding, not something to jump over).
+pub(super) fn source_consumer_config(config: &FetcherConfig) -> Result<ClientConfig, Stop> {
+    let mut c = cluster_config(config, Side::Source)?;
+    set_default(
+        &mut c,
+        "group.id",
+        &format!("kmirror-fetcher.{}", config.mirror),
+    );
+    set_default(&mut c, "fetch.max.bytes", "52428800");
+    set_default(&mut c, "max.partition.fetch.bytes", "8388608");
+    set_default(&mut c, "fetch.wait.max.ms", "100");
+    set_default(&mut c, "queued.max.messages.kbytes", "65536");
+    c.set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("auto.offset.reset", "error")
+        .set("isolation.level", config.isolation.as_kafka_str());
+    Ok(c)
+}
+
+/// The destination producer: idempotent, acknowledged by all in-sync replicas.
+pub(super) fn producer_config(config: &FetcherConfig) -> Result<ClientConfig, Stop> {
+    let mut c = cluster_config(config, Side::Destination)?;
+    set_default(&mut c, "linger.ms", "5");
+    set_default(&mut c, "batch.size", "1000000");
+    set_default(&mut c, "batch.num.messages", "10000");
+    set_default(&mut c, "compression.type", "lz4");
+    set_default(&mut c, "message.max.bytes", "16777216");
+    set_default(&mut c, "queue.buffering.max.kbytes", "131072");
+    set_default(&mut c, "message.timeout.ms", "300000");
+    c.set("enable.idempotence", "true").set("acks", "all");
+    Ok(c)
+}
+
+fn set_default(c: &mut ClientConfig, key: &str, value: &str) {
+    if c.get(key).is_none() {
+        c.set(key, value);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Isolation;
+    use kmirror_state::ClusterSettings;
+
+    fn config() -> FetcherConfig {
+        let source = ClusterSettings::new("src:9092")
+            .with("fetch.wait.max.ms", "500")
+            .with("auto.offset.reset", "earliest")
+            .with("isolation.level", "read_uncommitted");
+        let destination = ClusterSettings::new("dst:9092")
+            .with("linger.ms", "50")
+            .with("enable.idempotence", "false")
+            .with("acks", "1");
+        FetcherConfig::new("ns/m", "orders", "orders", vec![0], source, destination)
+    }
+
+    #[test]
+    fn user_tuning_wins_but_offset_safety_is_forced() {
+        let c = config();
+        let consumer = source_consumer_config(&c).unwrap();
+        // (key, expected value): a user value kept, defaults filled in, safety forced.
+        for (key, value) in [
+            ("bootstrap.servers", "src:9092"),
+            ("fetch.wait.max.ms", "500"),
+            ("group.id", "kmirror-fetcher.ns/m"),
+            ("fetch.max.bytes", "52428800"),
+            ("enable.auto.commit", "false"),
+            ("enable.auto.offset.store", "false"),
+            ("auto.offset.reset", "error"),
+            ("isolation.level", "read_committed"),
+        ] {
+            assert_eq!(consumer.get(key), Some(value), "consumer {key}");
+        }
+        let producer = producer_config(&c).unwrap();
+        for (key, value) in [
+            ("bootstrap.servers", "dst:9092"),
+            ("linger.ms", "50"),
+            ("compression.type", "lz4"),
+            ("message.timeout.ms", "300000"),
+            ("enable.idempotence", "true"),
+            ("acks", "all"),
+        ] {
+            assert_eq!(producer.get(key), Some(value), "producer {key}");
+        }
+    }
+
+    #[test]
+    fn isolation_follows_the_configuration() {
+        let mut c = config();
+        c.isolation = Isolation::ReadUncommitted;
+        let consumer = source_consumer_config(&c).unwrap();
+        assert_eq!(consumer.get("isolation.level"), Some("read_uncommitted"));
+    }
+
+    #[test]
+    fn unreadable_settings_name_the_side() {
+        let mut c = config();
+        c.destination.property_files.insert(
+            "sasl.password".into(),
+            "/nonexistent/kmirror/password".into(),
+        );
+        let stop = producer_config(&c).unwrap_err();
+        assert!(matches!(
+            stop,
+            Stop::ReadSettings {
+                side: Side::Destination,
+                ..
+            }
+        ));
+        assert!(source_consumer_config(&c).is_ok());
+    }
+}

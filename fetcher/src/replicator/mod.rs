@@ -1,0 +1,203 @@
+//! The replication engine: source partitions in, destination partitions out, at the offsets the
+//! offset map dictates, with the destination log as the only checkpoint.
+//!
+//! A run has four parts, each in its own module:
+//! 1. **start-up** (`startup`, its decisions pure in `start_plan`): check the source cluster ID
+//!    and topic ID against what the state topic recorded; wait until the destination log end is
+//!    stable (a previous incarnation's last requests drain) and derive the next source offset from
+//!    it through the offset map; compare the last destination record with its source record (a
+//!    foreign write fails); on an empty destination whose source log starts above 0, align the
+//!    prefix;
+//! 2. **the poll loop** (`poll_loop`): poll a batch, record gaps in the map (persisted before the
+//!    records that follow them), produce, re-check the source range and identity, refresh the
+//!    lag, persist positions periodically, honour the throttle and SIGTERM;
+//! 3. **delivery** (`delivery`): an idempotent producer whose every delivery report's offset is
+//!    checked against the one the record had to get;
+//! 4. **stop** (`finish`): flush, persist the final position with the outcome.
+//!
+//! Every way to fail is a variant of `Stop` (module `stop`), named after the step that failed or
+//! what a check found; `Stop::reason` is the one place that maps it to the recorded
+//! [`StopReason`]. Positions and map chunks are written by `position`; client configurations
+//! live in `clients`.
+
+mod clients;
+mod delivery;
+mod finish;
+mod poll_loop;
+mod position;
+mod start_plan;
+mod startup;
+mod stop;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::time::Duration;
+
+use rdkafka::ClientConfig;
+use rdkafka::admin::AdminClient;
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::BaseConsumer;
+use rdkafka::producer::BaseProducer;
+
+use crate::config::FetcherConfig;
+use crate::cursor::Cursor;
+use crate::metrics::{FetcherMetrics, PartitionLabels};
+use crate::throttle::Throttle;
+use delivery::DeliveryContext;
+use kmirror_state::records::{PrefixAlignment, StopReason, now_ms};
+use kmirror_state::store::StateWriter;
+
+pub use stop::{Side, Stop};
+
+/// Bound on admin calls, watermark reads and state flushes.
+const ADMIN_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Why the run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Clean shutdown (SIGTERM): everything produced is confirmed and the position persisted.
+    Stopped,
+    /// Stopped for a reason; exit with its code.
+    Failed {
+        /// The reason.
+        reason: StopReason,
+        /// Human-readable explanation.
+        message: String,
+    },
+}
+
+impl Outcome {
+    /// The process exit code.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Outcome::Stopped => 0,
+            Outcome::Failed { reason, .. } => reason.exit_code(),
+        }
+    }
+
+    fn failed(stop: &Stop) -> Outcome {
+        Outcome::Failed {
+            reason: stop.reason(),
+            message: stop.to_string(),
+        }
+    }
+}
+
+/// Liveness and readiness, shared with the HTTP endpoints.
+#[derive(Debug, Default)]
+pub struct Health {
+    ready: AtomicBool,
+    heartbeat_ms: AtomicI64,
+}
+
+impl Health {
+    /// Start-up checks passed and the loop runs.
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Relaxed)
+    }
+
+    /// The loop made progress within `max_age`.
+    pub fn is_alive(&self, max_age: Duration) -> bool {
+        let last = self.heartbeat_ms.load(Ordering::Relaxed);
+        last == 0 || now_ms() - last <= max_age.as_millis() as i64
+    }
+
+    fn beat(&self) {
+        self.heartbeat_ms.store(now_ms(), Ordering::Relaxed);
+    }
+
+    fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Ordering::Relaxed);
+    }
+}
+
+/// What the loop shares with the rest of the process.
+#[derive(Clone, Default)]
+pub struct Handles {
+    /// Set to stop cleanly.
+    pub shutdown: Arc<AtomicBool>,
+    /// Metrics.
+    pub metrics: Arc<FetcherMetrics>,
+    /// Health.
+    pub health: Arc<Health>,
+}
+
+/// One mirrored partition of a running fetcher.
+struct Unit {
+    cursor: Cursor,
+    labels: PartitionLabels,
+    /// Map chunks already persisted in full (only the last one is rewritten).
+    sealed_chunks: usize,
+    /// Chunk records persisted so far.
+    persisted_chunks: usize,
+    prefix: Option<PrefixAlignment>,
+    high_watermark: Option<i64>,
+    /// Next source offset accounting for offsets the consumer skipped (transaction markers,
+    /// aborted records) once everything before them is confirmed.
+    source_position: i64,
+    lag_seconds: f64,
+    last_timestamp: Option<i64>,
+    records: u64,
+    position_dirty: bool,
+}
+
+impl Unit {
+    /// A unit at `cursor`, with `recorded_chunks` map chunks already in the state topic.
+    fn new(
+        cursor: Cursor,
+        labels: PartitionLabels,
+        prefix: Option<PrefixAlignment>,
+        recorded_chunks: usize,
+    ) -> Unit {
+        Unit {
+            cursor,
+            labels,
+            sealed_chunks: recorded_chunks.saturating_sub(1),
+            persisted_chunks: recorded_chunks,
+            prefix,
+            high_watermark: None,
+            source_position: 0,
+            lag_seconds: 0.0,
+            last_timestamp: None,
+            records: 0,
+            position_dirty: true,
+        }
+    }
+}
+
+/// A running fetcher: its clients, its identity facts and its partitions.
+struct Fetcher<'a> {
+    config: &'a FetcherConfig,
+    handles: &'a Handles,
+    source_config: ClientConfig,
+    destination_config: ClientConfig,
+    consumer: BaseConsumer,
+    producer: BaseProducer<DeliveryContext>,
+    source_admin: AdminClient<DefaultClientContext>,
+    state: StateWriter,
+    source_cluster_id: String,
+    source_topic_id: Option<String>,
+    units: BTreeMap<i32, Unit>,
+    throttle: Option<Throttle>,
+}
+
+impl Fetcher<'_> {
+    fn labels(&self, partition: i32) -> PartitionLabels {
+        PartitionLabels {
+            mirror: self.config.mirror.clone(),
+            topic: self.config.source_topic.clone(),
+            partition,
+        }
+    }
+}
+
+/// Runs the fetcher until SIGTERM (via `handles.shutdown`) or a stop reason.
+pub fn run(config: &FetcherConfig, handles: &Handles) -> Outcome {
+    let mut fetcher = match Fetcher::start(config, handles) {
+        Ok(f) => f,
+        Err(stop) => return finish::start_failed(config, &stop),
+    };
+    let result = fetcher.mirror();
+    fetcher.finish(result)
+}
