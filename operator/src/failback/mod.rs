@@ -158,7 +158,7 @@ pub async fn observe(
             destination_partitions: None,
             quarantine_end: None,
         };
-        if end >= lmo_src + 1 {
+        if end > lmo_src {
             let (config, t) = (destination.config.clone(), forward_topic.clone());
             c.divergent = tokio::task::spawn_blocking(move || {
                 copy::read_range(&config, &t, p, lmo_src + 1, end)
@@ -239,7 +239,7 @@ pub async fn execute(scope: &MirrorScope, mt: &MirrorTopic, steps: &[Step]) -> R
                 }
                 batch.push((
                     StateKey::new(RecordKind::Position, &scope.key, topic, *partition),
-                    Some(serde_json::to_vec(position).expect("positions serialize")),
+                    Some(serde_json::to_vec(position.as_ref()).expect("positions serialize")),
                 ));
                 scope.cache.write_records(batch).await?;
             }

@@ -44,7 +44,7 @@ pub enum Step {
         /// The partition.
         partition: i32,
         /// Its position.
-        position: PositionRecord,
+        position: Box<PositionRecord>,
         /// Its offset map.
         chunks: Vec<MapChunk>,
     },
@@ -141,7 +141,7 @@ fn seed(
     (
         Step::Seed {
             partition,
-            position: position.clone(),
+            position: Box::new(position.clone()),
             chunks,
         },
         position,
