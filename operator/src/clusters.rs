@@ -14,7 +14,7 @@ use rdkafka::admin::AdminClient;
 use rdkafka::client::DefaultClientContext;
 
 use crate::connection::{SecretValues, operator_settings};
-use crate::error::{Error, Result};
+use crate::error::{Cause, KafkaError};
 use crate::pods::fnv1a;
 
 /// A connected cluster.
@@ -31,15 +31,15 @@ pub struct Cluster {
 
 impl Cluster {
     /// A Kafka error on this cluster.
-    pub fn error(&self, message: impl std::fmt::Display) -> Error {
-        Error::Kafka {
+    pub fn error(&self, message: impl std::fmt::Display) -> KafkaError {
+        KafkaError {
             cluster: self.side,
             message: message.to_string(),
         }
     }
 
     /// The cluster ID, or an error when the cluster does not answer within `timeout`.
-    pub async fn cluster_id(self: &Arc<Self>, timeout: Duration) -> Result<String> {
+    pub async fn cluster_id(self: &Arc<Self>, timeout: Duration) -> Result<String, KafkaError> {
         let me = self.clone();
         tokio::task::spawn_blocking(move || me.admin.inner().fetch_cluster_id(timeout))
             .await
@@ -60,7 +60,7 @@ pub async fn secret_values(
     client: &kube::Client,
     namespace: &str,
     conn: &KafkaConnection,
-) -> Result<(SecretValues, String)> {
+) -> Result<(SecretValues, String), kube::Error> {
     let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let mut values = SecretValues::new();
     let mut versions = String::new();
@@ -101,7 +101,7 @@ impl Clusters {
         namespace: &str,
         conn: &KafkaConnection,
         side: &'static str,
-    ) -> Result<(Arc<Cluster>, String)> {
+    ) -> Result<(Arc<Cluster>, String), Cause> {
         let (values, secrets_version) = secret_values(client, namespace, conn).await?;
         let settings = operator_settings(conn, &format!("spec.{side}"), &values)?;
         let key = settings_key(side, &settings);
@@ -113,16 +113,15 @@ impl Clusters {
         {
             return Ok((c.clone(), secrets_version));
         }
-        let mut config = settings.client_config().map_err(|e| Error::Kafka {
+        let mut config = settings.client_config().map_err(|e| KafkaError {
             cluster: side,
             message: e.to_string(),
         })?;
         config.set("client.id", format!("kmirror-operator-{side}"));
-        let admin: AdminClient<DefaultClientContext> =
-            config.create().map_err(|e| Error::Kafka {
-                cluster: side,
-                message: e.to_string(),
-            })?;
+        let admin: AdminClient<DefaultClientContext> = config.create().map_err(|e| KafkaError {
+            cluster: side,
+            message: e.to_string(),
+        })?;
         let cluster = Arc::new(Cluster {
             config,
             admin,

@@ -1,5 +1,5 @@
-//! What every reconcile shares: the API client, cluster and state caches, metrics, events, and
-//! the status write limiter.
+//! What every reconcile shares: the API client, cluster and state caches, metrics, events, the
+//! status writer and the metadata-sync clock.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -11,9 +11,8 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use crate::clusters::Clusters;
 use crate::metrics::Metrics;
 use crate::state_cache::StateCaches;
-
-/// Field manager of every write the operator makes.
-pub const FIELD_MANAGER: &str = "kmirror-operator";
+pub use crate::status_writer::FIELD_MANAGER;
+use crate::status_writer::{HasStatus, StatusWriter, Written};
 
 /// Operator settings.
 #[derive(Debug, Clone)]
@@ -22,6 +21,66 @@ pub struct Settings {
     pub fetcher_image: String,
     /// Least time between two status writes of one object.
     pub status_interval: Duration,
+}
+
+/// When each mirror's metadata sync last ran (in this process).
+#[derive(Default)]
+pub struct SyncClock(Mutex<HashMap<String, Instant>>);
+
+impl SyncClock {
+    /// Whether the sync of `key` is due.
+    pub fn due(&self, key: &str, interval: Duration) -> bool {
+        let map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(key).is_none_or(|t| t.elapsed() >= interval)
+    }
+
+    /// Records that the sync of `key` ran now.
+    pub fn ran(&self, key: &str) {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key.to_string(), Instant::now());
+    }
+
+    /// Time until the sync of `key` is due.
+    pub fn remaining(&self, key: &str, interval: Duration) -> Duration {
+        let map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(key)
+            .map_or(Duration::ZERO, |t| interval.saturating_sub(t.elapsed()))
+    }
+}
+
+/// An event to publish about an object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Note {
+    /// Warning (true) or normal.
+    pub warning: bool,
+    /// Machine-readable reason (`PartitionStopped`, `Divergence`, …).
+    pub reason: String,
+    /// What the operator was doing (`Transition`, `Failback`, …).
+    pub action: String,
+    /// What a person reads.
+    pub text: String,
+}
+
+impl Note {
+    /// A normal event.
+    pub fn normal(reason: &str, action: &str, text: impl Into<String>) -> Note {
+        Note {
+            warning: false,
+            reason: reason.into(),
+            action: action.into(),
+            text: text.into(),
+        }
+    }
+
+    /// A warning event.
+    pub fn warning(reason: &str, action: &str, text: impl Into<String>) -> Note {
+        Note {
+            warning: true,
+            ..Note::normal(reason, action, text)
+        }
+    }
 }
 
 /// Shared reconcile context.
@@ -37,9 +96,9 @@ pub struct Context {
     /// Settings.
     pub settings: Settings,
     /// When each mirror's metadata sync last ran.
-    pub sync_clock: crate::cluster_mirror::SyncClock,
+    pub sync_clock: SyncClock,
+    status: StatusWriter,
     recorder: Recorder,
-    last_status_write: Mutex<HashMap<String, Instant>>,
 }
 
 impl Context {
@@ -55,60 +114,40 @@ impl Context {
             clusters: Clusters::default(),
             states: StateCaches::default(),
             metrics,
+            status: StatusWriter::new(settings.status_interval),
             settings,
             sync_clock: Default::default(),
-            last_status_write: Mutex::new(HashMap::new()),
         }
     }
 
     /// Publishes an event about `object` (failures are logged, never fatal).
-    pub async fn event<K: Resource<DynamicType = ()>>(
-        &self,
-        object: &K,
-        warning: bool,
-        reason: &str,
-        action: &str,
-        note: String,
-    ) {
+    pub async fn publish<K: Resource<DynamicType = ()>>(&self, object: &K, note: &Note) {
         let event = Event {
-            type_: if warning {
+            type_: if note.warning {
                 EventType::Warning
             } else {
                 EventType::Normal
             },
-            reason: reason.into(),
-            note: Some(crate::status::truncate(&note, 1000)),
-            action: action.into(),
+            reason: note.reason.clone(),
+            note: Some(crate::status::truncate(&note.text, 1000)),
+            action: note.action.clone(),
             secondary: None,
         };
         if let Err(e) = self.recorder.publish(&event, &object.object_ref(&())).await {
-            tracing::warn!(error = %e, reason, "could not publish an event");
+            tracing::warn!(error = %e, reason = %note.reason, "could not publish an event");
         }
     }
 
-    /// How long until the status of `key` may be written again (zero: now), per the interval.
-    pub fn status_wait(&self, key: &str) -> Duration {
-        let map = self
-            .last_status_write
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        match map.get(key) {
-            Some(t) => self.settings.status_interval.saturating_sub(t.elapsed()),
-            None => Duration::ZERO,
-        }
-    }
-
-    /// Records a status write of `key` now.
-    pub fn status_written(&self, key: &str, kind: &str) {
-        self.last_status_write
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(key.to_string(), Instant::now());
-        self.metrics
-            .status_writes
-            .get_or_create(&crate::metrics::KindLabels {
-                kind: kind.to_string(),
-            })
-            .inc();
+    /// Writes the status of `object` through the one status writer; returns how long to wait
+    /// when the write was deferred.
+    pub async fn write_status<K: HasStatus>(
+        &self,
+        object: &K,
+        status: K::Status,
+    ) -> crate::error::Result<Duration> {
+        self.status
+            .write(&self.client, &self.metrics, object, status)
+            .await
+            .map(Written::wait)
     }
 }

@@ -1,22 +1,37 @@
 //! The end of a failover: once a STOPPING partition's fetcher is gone, its last mirrored offset
 //! (LMO) is derived from the destination log — the checkpoint nothing can contradict — and
 //! persisted; consumer-group offsets get a final sync, WRITE ACLs are applied once the whole
-//! topic is stopped, and the partition goes STOPPED (writable).
+//! topic is stopped, and the partition goes STOPPED (writable). What to finish is planned
+//! ([`stopped_record`], [`Finish`]); [`finish`] carries it out.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
-
-use kmirror_crds::v1alpha1::{ClusterMirror, MirrorTopic, PartitionState};
-use kmirror_state::records::{PartitionRecords, PartitionStateRecord, now_ms};
+use kmirror_crds::v1alpha1::{MirrorTopic, PartitionState};
+use kmirror_state::records::{PartitionRecords, PartitionStateRecord};
 use kube::ResourceExt;
 
-use crate::clusters::Cluster;
-use crate::context::Context;
-use crate::error::Result;
-use crate::kafka;
-use crate::mirror_topic::mirror_key;
-use crate::state_cache::StateCache;
+use crate::context::{Context, Note};
+use crate::error::{Cause, KafkaError};
+use crate::scope::MirrorScope;
 use crate::sync;
+
+/// The end of a failover for some STOPPING partitions, as planned.
+#[derive(Debug, Clone)]
+pub struct Finish {
+    /// The STOPPED record of each partition, or why its last mirrored offset is unknown (its
+    /// destination log end could not be read).
+    pub stopped: Vec<(i32, Result<PartitionStateRecord, KafkaError>)>,
+    /// Every partition of the topic is STOPPED once these are and ACLs are synced: apply the
+    /// source's WRITE ACLs.
+    pub make_writable: bool,
+    /// The source answered in this reconcile (the final group sync and the WRITE ACLs read it).
+    pub source_reachable: bool,
+}
+
+impl Finish {
+    /// The partitions being finished.
+    pub fn partitions(&self) -> Vec<i32> {
+        self.stopped.iter().map(|(p, _)| *p).collect()
+    }
+}
 
 /// The last mirrored offset of a partition, from its destination log end and offset map:
 /// `(source offset, destination offset)`, or `None` when nothing was mirrored.
@@ -34,116 +49,108 @@ pub fn last_mirrored(records: &PartitionRecords, destination_end: i64) -> Option
     Some((map.dst_to_src(dst), dst))
 }
 
-/// Finishes the failover of `partitions` (all STOPPING with no fetcher left).
-#[allow(clippy::too_many_arguments)]
+/// The STOPPED record of a STOPPING partition whose destination log ends at `destination_end`.
+pub fn stopped_record(
+    records: &PartitionRecords,
+    destination_end: i64,
+    destination_topic: &str,
+    now_ms: i64,
+) -> PartitionStateRecord {
+    let previous = records.state.clone().unwrap_or_default();
+    let lmo = last_mirrored(records, destination_end);
+    PartitionStateRecord {
+        state: PartitionState::Stopped,
+        state_epoch: previous.state_epoch + 1,
+        retry_attempt: 0,
+        error: previous.error.clone(),
+        last_mirrored_offset: Some(lmo.map_or(-1, |(src, _)| src)),
+        last_mirrored_destination_offset: Some(lmo.map_or(-1, |(_, dst)| dst)),
+        destination_topic: Some(destination_topic.to_string()),
+        source_cluster_id: records
+            .position
+            .as_ref()
+            .map(|pos| pos.source_cluster_id.clone()),
+        retry_token: previous.retry_token.clone(),
+        drain_target: None,
+        divergence: previous.divergence.clone(),
+        updated_at_ms: now_ms,
+    }
+}
+
+/// Finishes the failover of the planned partitions: final group-offset sync, WRITE ACLs, then
+/// the STOPPED records. Returns the records written.
 pub async fn finish(
-    ctx: &Arc<Context>,
-    cm: &ClusterMirror,
+    ctx: &Context,
+    scope: &MirrorScope,
     mt: &MirrorTopic,
-    destination: &Arc<Cluster>,
-    source: &Arc<Cluster>,
-    cache: &Arc<StateCache>,
-    records: &BTreeMap<i32, PartitionRecords>,
-    partitions: &[i32],
-    source_reachable: bool,
-) -> Result<()> {
-    let mirror = mirror_key(mt);
-    let topic = &mt.spec.source_topic;
-    let mut lmos = BTreeMap::new();
-    for &p in partitions {
-        let (_, end) = kafka::watermarks(destination, mt.destination_topic(), p).await?;
-        let r = records.get(&p).cloned().unwrap_or_default();
-        lmos.insert(p, last_mirrored(&r, end));
+    plan: &Finish,
+) -> Result<Vec<(i32, PartitionStateRecord)>, Cause> {
+    let mut writes = Vec::new();
+    for (p, stopped) in &plan.stopped {
+        writes.push((*p, stopped.clone()?));
     }
     // The final group-offset sync must see the topic as it is now; it is best effort when the
     // source is gone (an immediate failover), and says so.
-    let group_sync = if source_reachable {
-        sync::groups::final_sync(cm, mt, source, destination, cache).await
+    let group_sync = if plan.source_reachable {
+        sync::groups::final_sync(scope, mt).await
     } else {
-        Err(crate::error::Error::Kafka {
+        Err(Cause::Kafka(KafkaError {
             cluster: "source",
             message: "the source is unreachable".into(),
-        })
+        }))
     };
     let group_note = match group_sync {
-        Ok(summary) => summary,
+        Ok(()) => None,
         Err(e) => {
             tracing::warn!(topic = %mt.name_any(), error = %e, "final consumer-group offset sync failed");
             Some(format!("final consumer-group offset sync failed: {e}"))
         }
     };
-    let all_stopped = records.iter().all(|(p, r)| {
-        partitions.contains(p)
-            || r.state
-                .as_ref()
-                .is_some_and(|s| s.state == PartitionState::Stopped)
-    });
-    if all_stopped && cm.spec.sync.acls.enabled {
-        let applied = if source_reachable {
-            sync::acls::make_writable(ctx, cm, mt, source, destination).await
+    if plan.make_writable {
+        let applied = if plan.source_reachable {
+            sync::acls::make_writable(ctx, scope, mt).await
         } else {
-            Err(crate::error::Error::Kafka {
+            Err(Cause::Kafka(KafkaError {
                 cluster: "source",
                 message: "the source is unreachable: its ACLs cannot be read".into(),
-            })
+            }))
         };
         if let Err(e) = applied {
             // The source may be gone (immediate failover): its WRITE ACLs cannot be read.
             tracing::warn!(topic = %mt.name_any(), error = %e, "could not apply the source's WRITE ACLs");
-            ctx.event(
+            ctx.publish(
                 mt,
-                true,
-                "AclSyncFailed",
-                "Failover",
-                format!("WRITE ACLs not applied: {e}"),
+                &Note::warning(
+                    "AclSyncFailed",
+                    "Failover",
+                    format!("WRITE ACLs not applied: {e}"),
+                ),
             )
             .await;
         }
     }
-    let now = now_ms();
-    let writes = partitions
-        .iter()
-        .map(|p| {
-            let previous = records
-                .get(p)
-                .and_then(|r| r.state.clone())
-                .unwrap_or_default();
-            let lmo = lmos.get(p).copied().flatten();
-            let record = PartitionStateRecord {
-                state: PartitionState::Stopped,
-                state_epoch: previous.state_epoch + 1,
-                retry_attempt: 0,
-                error: previous.error.clone().or(group_note.clone()),
-                last_mirrored_offset: Some(lmo.map_or(-1, |(src, _)| src)),
-                last_mirrored_destination_offset: Some(lmo.map_or(-1, |(_, dst)| dst)),
-                destination_topic: Some(mt.destination_topic().to_string()),
-                source_cluster_id: records
-                    .get(p)
-                    .and_then(|r| r.position.as_ref())
-                    .map(|pos| pos.source_cluster_id.clone()),
-                retry_token: previous.retry_token.clone(),
-                drain_target: None,
-                divergence: previous.divergence.clone(),
-                updated_at_ms: now,
-            };
-            (*p, record)
-        })
-        .collect::<Vec<_>>();
-    cache.write_states(&mirror, topic, writes.clone()).await?;
+    for (_, record) in &mut writes {
+        record.error = record.error.take().or(group_note.clone());
+    }
+    scope
+        .cache
+        .write_states(&scope.key, &mt.spec.source_topic, writes.clone())
+        .await?;
     let summary = writes
         .iter()
         .map(|(p, r)| format!("{p}@{}", r.last_mirrored_offset.unwrap_or(-1)))
         .collect::<Vec<_>>()
         .join(", ");
-    ctx.event(
+    ctx.publish(
         mt,
-        false,
-        "PartitionStopped",
-        "Failover",
-        format!("failed over; last mirrored offsets (partition@offset): {summary}"),
+        &Note::normal(
+            "PartitionStopped",
+            "Failover",
+            format!("failed over; last mirrored offsets (partition@offset): {summary}"),
+        ),
     )
     .await;
-    Ok(())
+    Ok(writes)
 }
 
 #[cfg(test)]

@@ -12,7 +12,10 @@ use rdkafka::admin::{
 use rdkafka::error::RDKafkaErrorCode;
 
 use crate::clusters::Cluster;
-use crate::error::Result;
+use crate::error::KafkaError;
+
+/// Result of an admin call.
+pub type Result<T> = std::result::Result<T, KafkaError>;
 
 /// Timeout of admin calls.
 pub const TIMEOUT: Duration = Duration::from_secs(15);

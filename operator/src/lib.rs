@@ -1,14 +1,17 @@
 //! The kmirror operator: reconciles `ClusterMirror` and `MirrorTopic` resources into destination
 //! topics, fetcher pods, a persisted partition lifecycle and a true status.
 //!
-//! Pure logic — the partition state machine ([`lifecycle`]), pod specs ([`pods`]), client
-//! settings ([`connection`]), config diffs ([`topic_configs`]), ACL plans ([`sync::acl_plan`]) and
-//! status projection ([`status`]) — is separated from the I/O of the controllers.
+//! A `MirrorTopic` reconcile is observe → plan → execute ([`mirror_topic`]): all reads gathered
+//! into one observation, a pure plan (the lifecycle of [`lifecycle`], pod specs of [`pods`],
+//! failback decisions, the status), then the writes in order — transitions persisted before
+//! anything acts on them. Other pure parts: client settings ([`connection`]), config diffs
+//! ([`topic_configs`]), ACL plans ([`sync::acl_plan`]), status helpers ([`status`]).
 
 pub mod cluster_mirror;
 pub mod clusters;
 pub mod connection;
 pub mod context;
+pub mod controllers;
 pub mod error;
 pub mod failback;
 pub mod failover;
@@ -20,144 +23,11 @@ pub mod metrics;
 pub mod mirror_topic;
 pub mod pods;
 pub mod reconcile;
+pub mod scope;
 pub mod state_cache;
 pub mod status;
+pub mod status_writer;
 pub mod sync;
 pub mod topic_configs;
 
-use std::sync::Arc;
-use std::time::Duration;
-
-use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Pod, Secret};
-use kmirror_crds::v1alpha1::{ClusterMirror, MirrorTopic};
-use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
-use kube::{Api, ResourceExt};
-
-use crate::context::Context;
-use crate::error::Error;
-
-fn api<K>(client: &kube::Client, namespace: Option<&str>) -> Api<K>
-where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug,
-    K::DynamicType: Default,
-{
-    match namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    }
-}
-
-fn error_policy<K>(controller: &'static str) -> impl Fn(Arc<K>, &Error, Arc<Context>) -> Action {
-    move |_, error, ctx| {
-        let transient = matches!(error, Error::Finalizer(_));
-        if !transient {
-            tracing::warn!(controller, error = %error, "reconcile failed");
-        }
-        ctx.metrics
-            .errors
-            .get_or_create(&metrics::ErrorLabels {
-                controller: controller.into(),
-                error: error.label().into(),
-            })
-            .inc();
-        Action::requeue(if transient {
-            Duration::from_secs(2)
-        } else {
-            Duration::from_secs(10)
-        })
-    }
-}
-
-/// Whether a Secret is referenced by a mirror's connections.
-fn references(cm: &ClusterMirror, secret: &Secret) -> bool {
-    cm.namespace() == secret.namespace()
-        && [&cm.spec.source, &cm.spec.destination].iter().any(|c| {
-            c.secret_refs()
-                .iter()
-                .any(|(_, r)| Some(r.name.as_str()) == secret.metadata.name.as_deref())
-        })
-}
-
-/// Runs both controllers until `shutdown` resolves.
-pub async fn run(
-    ctx: Arc<Context>,
-    namespace: Option<String>,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) {
-    let client = ctx.client.clone();
-    let ns = namespace.as_deref();
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    tokio::spawn(async move {
-        shutdown.await;
-        let _ = stop_tx.send(true);
-    });
-    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|s| *s).await;
-    };
-
-    let mirrors = Controller::new(
-        api::<ClusterMirror>(&client, ns),
-        watcher::Config::default(),
-    );
-    let mirror_store = mirrors.store();
-    let mirrors = mirrors
-        .watches(
-            api::<MirrorTopic>(&client, ns),
-            watcher::Config::default(),
-            |mt| mirror_topic::mirror_of(&mt),
-        )
-        .watches(
-            api::<Secret>(&client, ns),
-            watcher::Config::default(),
-            move |secret| {
-                mirror_store
-                    .state()
-                    .into_iter()
-                    .filter(|cm| references(cm, &secret))
-                    .map(|cm| ObjectRef::from(cm.as_ref()))
-                    .collect::<Vec<_>>()
-            },
-        )
-        .graceful_shutdown_on(stopped(stop_rx.clone()))
-        .run(
-            cluster_mirror::reconcile,
-            error_policy::<ClusterMirror>("clustermirror"),
-            ctx.clone(),
-        )
-        .for_each(|_| async {});
-
-    let topics = Controller::new(api::<MirrorTopic>(&client, ns), watcher::Config::default());
-    let topic_store = topics.store();
-    let topics = topics
-        .owns(
-            api::<Pod>(&client, ns),
-            watcher::Config::default().labels("app.kubernetes.io/name=kmirror-fetcher"),
-        )
-        .watches(
-            api::<ClusterMirror>(&client, ns),
-            watcher::Config::default(),
-            move |cm| {
-                topic_store
-                    .state()
-                    .into_iter()
-                    .filter(|t| t.spec.mirror == cm.name_any() && t.namespace() == cm.namespace())
-                    .map(|t| ObjectRef::from(t.as_ref()))
-                    .collect::<Vec<_>>()
-            },
-        )
-        .graceful_shutdown_on(stopped(stop_rx))
-        .run(
-            mirror_topic::reconcile,
-            error_policy::<MirrorTopic>("mirrortopic"),
-            ctx.clone(),
-        )
-        .for_each(|_| async {});
-
-    futures::join!(mirrors, topics);
-}
+pub use controllers::run;

@@ -1,8 +1,11 @@
-//! The partition state machine, as a pure function of what the operator observes.
+//! The partition state machine, as a pure function of what the operator observes. This module
+//! is the only place that interprets `spec.state`.
 //!
 //! The reconciler gathers observations (recorded state, desired state, the fetcher pod, the
-//! fetcher's position record, the source topic), calls [`decide`], persists the transition (if
-//! any) to the state topic, and only then acts (create or delete pods, finish a failover).
+//! fetcher's position record, the source topic, the failback gate), [`decide`]s, persists the
+//! transition (if any) to the state topic, and only then acts (create or delete pods, finish a
+//! failover). [`settled_state`], [`awaits_failback`] and [`may_enter_stopping`] tell the rest of
+//! the reconcile what `spec.state` means for it.
 
 use std::time::Duration;
 
@@ -46,6 +49,18 @@ pub enum SourceObservation {
     Unreachable,
 }
 
+/// Whether a PREPARING partition of a reverse mirror may start mirroring.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum FailbackGate {
+    /// Yes (also every partition that is not failing back).
+    #[default]
+    Open,
+    /// Not yet: why.
+    Wait(String),
+    /// Never, without a human: why.
+    Refuse(String),
+}
+
 /// Everything [`decide`] needs for one partition.
 #[derive(Debug, Clone)]
 pub struct Observed<'a> {
@@ -69,6 +84,8 @@ pub struct Observed<'a> {
     pub retry_requested: bool,
     /// A jitter factor in [0, 1) for the retry backoff.
     pub jitter: f64,
+    /// The failback gate of a PREPARING partition.
+    pub failback: FailbackGate,
 }
 
 /// A state change to persist.
@@ -153,6 +170,59 @@ fn exit_reason(
     (reason, text)
 }
 
+/// The state a partition settles in for a desired state.
+pub fn settled_state(desired: DesiredState) -> PartitionState {
+    match desired {
+        DesiredState::Mirroring => PartitionState::Mirroring,
+        DesiredState::Paused => PartitionState::Paused,
+        DesiredState::Stopped => PartitionState::Stopped,
+    }
+}
+
+/// Whether a partition in `state` passes the failback gate before it mirrors: it is PREPARING
+/// and not being failed over.
+pub fn awaits_failback(state: PartitionState, desired: DesiredState) -> bool {
+    state == PartitionState::Preparing && desired != DesiredState::Stopped
+}
+
+/// Whether a partition may enter STOPPING in this reconcile (so the source log end, the drain
+/// target of a graceful failover, is worth reading first). A superset of what [`decide`] does.
+pub fn may_enter_stopping(
+    state: PartitionState,
+    desired: DesiredState,
+    fetcher: &FetcherObservation,
+    source: SourceObservation,
+) -> bool {
+    use PartitionState::*;
+    match state {
+        Unknown | Stopping | Stopped => false,
+        Mirroring => {
+            desired == DesiredState::Stopped
+                || source == SourceObservation::Deleted
+                || matches!(fetcher, FetcherObservation::Exited { code: Some(c), .. }
+                    if StopReason::from_exit_code(*c) == Some(StopReason::SourceTopicDeleted))
+        }
+        Preparing | Paused | Failed => desired == DesiredState::Stopped,
+    }
+}
+
+/// Whether the source log end of a partition is worth reading before deciding: it enters
+/// STOPPING (the end becomes the drain target) or is STOPPING without a recorded target.
+pub fn needs_source_end(
+    recorded: Option<&PartitionStateRecord>,
+    desired: DesiredState,
+    fetcher: &FetcherObservation,
+    source: SourceObservation,
+) -> bool {
+    match recorded.map_or(PartitionState::Unknown, |r| r.state) {
+        PartitionState::Stopping => {
+            recorded.is_some_and(|r| r.drain_target.is_none())
+                && matches!(source, SourceObservation::Present { .. })
+        }
+        state => may_enter_stopping(state, desired, fetcher, source),
+    }
+}
+
 /// The lifecycle decision for one partition.
 pub fn decide(o: &Observed<'_>) -> Decision {
     use PartitionState::*;
@@ -162,14 +232,17 @@ pub fn decide(o: &Observed<'_>) -> Decision {
     let mut d = Decision::default();
     match state {
         Unknown => d.transition = go(Preparing, None, 0),
-        Preparing => {
-            let to = if o.desired == DesiredState::Stopped {
-                Stopping
-            } else {
-                Mirroring
-            };
-            d.transition = go(to, None, attempt);
+        Preparing if !awaits_failback(state, o.desired) => {
+            d.transition = go(Stopping, None, attempt);
         }
+        Preparing => match &o.failback {
+            FailbackGate::Open => d.transition = go(Mirroring, None, attempt),
+            FailbackGate::Wait(note) => {
+                d.note = Some(note.clone());
+                d.requeue_after = Some(Duration::from_secs(3));
+            }
+            FailbackGate::Refuse(reason) => d.transition = go(Failed, Some(reason.clone()), -1),
+        },
         Mirroring => match o.desired {
             DesiredState::Stopped => {
                 d.transition = go(Stopping, None, attempt);
@@ -326,6 +399,7 @@ mod tests {
             now_ms: 1_000_000,
             retry_requested: false,
             jitter: 0.0,
+            failback: FailbackGate::Open,
         }
     }
 
@@ -526,5 +600,83 @@ mod tests {
         o.source = SourceObservation::Recreated;
         let t = decide(&o).transition.unwrap();
         assert_eq!((t.to, t.retry_attempt), (Failed, -1));
+    }
+
+    #[test]
+    fn the_failback_gate_holds_or_refuses_preparing_partitions() {
+        let r = record(Preparing, 0, 0);
+        let mut o = observed(Some(&r));
+        o.failback = FailbackGate::Wait("quarantining".into());
+        let d = decide(&o);
+        assert_eq!(d.transition, None);
+        assert_eq!(d.note.as_deref(), Some("quarantining"));
+        assert_eq!(d.requeue_after, Some(Duration::from_secs(3)));
+        o.failback = FailbackGate::Refuse("a mirror loop".into());
+        let t = decide(&o).transition.unwrap();
+        assert_eq!((t.to, t.retry_attempt), (Failed, -1));
+        o.desired = DesiredState::Stopped;
+        assert_eq!(
+            to(&decide(&o)),
+            Some(Stopping),
+            "failing over again passes no gate"
+        );
+        assert!(!awaits_failback(Preparing, DesiredState::Stopped));
+        assert!(awaits_failback(Preparing, DesiredState::Paused));
+    }
+
+    #[test]
+    fn every_entry_into_stopping_is_foreseen() {
+        let records: Vec<PartitionStateRecord> = PartitionState::ALL
+            .iter()
+            .map(|s| record(*s, 0, 0))
+            .collect();
+        let fetchers = [
+            FetcherObservation::Absent,
+            FetcherObservation::Running { ready: true },
+            FetcherObservation::Terminating,
+            FetcherObservation::Exited {
+                code: Some(13),
+                message: None,
+            },
+            FetcherObservation::Exited {
+                code: Some(1),
+                message: None,
+            },
+        ];
+        let sources = [
+            SourceObservation::Present { end: Some(10) },
+            SourceObservation::Deleted,
+            SourceObservation::Recreated,
+            SourceObservation::Unreachable,
+        ];
+        for r in &records {
+            for desired in [
+                DesiredState::Mirroring,
+                DesiredState::Paused,
+                DesiredState::Stopped,
+            ] {
+                for fetcher in &fetchers {
+                    for source in sources {
+                        let mut o = observed(Some(r));
+                        o.desired = desired;
+                        o.fetcher = fetcher.clone();
+                        o.source = source;
+                        let enters = r.state != Stopping && to(&decide(&o)) == Some(Stopping);
+                        assert!(
+                            !enters || may_enter_stopping(r.state, desired, fetcher, source),
+                            "{} {desired:?} {fetcher:?} {source:?} enters STOPPING unforeseen",
+                            r.state
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn settled_states() {
+        assert_eq!(settled_state(DesiredState::Mirroring), Mirroring);
+        assert_eq!(settled_state(DesiredState::Paused), Paused);
+        assert_eq!(settled_state(DesiredState::Stopped), Stopped);
     }
 }

@@ -1,8 +1,10 @@
-//! What both controllers do around their reconcile: metrics and the finalizer dispatch.
+//! What both controllers do around their reconcile: metrics and the finalizer dispatch. A
+//! cleanup that waits for something (pods to stop, topics to go) is a requeue, not an error.
 
 use std::fmt::Debug;
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Error as FinalizerError, Event, finalizer};
@@ -13,6 +15,28 @@ use serde::de::DeserializeOwned;
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::metrics::ControllerLabels;
+
+/// How long a waiting cleanup waits before it looks again.
+pub const CLEANUP_POLL: Duration = Duration::from_secs(2);
+
+/// What a cleanup achieved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cleanup {
+    /// Done: the finalizer may go.
+    Done,
+    /// Waiting for something to go away first: what.
+    Waiting(String),
+}
+
+/// The finalizer machinery needs an error to keep the finalizer; a waiting cleanup is one only
+/// inside this module.
+#[derive(Debug, thiserror::Error)]
+enum Step {
+    #[error(transparent)]
+    Failed(Error),
+    #[error("waiting for {0}")]
+    Waiting(String),
+}
 
 /// Runs `apply` (or, once the object is being deleted, `cleanup`) under `finalizer_name`,
 /// counting and timing the reconcile for `controller`.
@@ -36,25 +60,37 @@ where
     A: FnOnce(Arc<K>) -> AF,
     AF: Future<Output = Result<Action>>,
     C: FnOnce(Arc<K>) -> CF,
-    CF: Future<Output = Result<Action>>,
+    CF: Future<Output = Result<Cleanup>>,
 {
     let started = std::time::Instant::now();
     let labels = ControllerLabels {
         controller: controller.into(),
     };
     ctx.metrics.reconciles.get_or_create(&labels).inc();
+    let name = object.name_any();
     let api: Api<K> = Api::namespaced(ctx.client.clone(), &object.namespace().unwrap_or_default());
     let result = finalizer(&api, finalizer_name, object, |event| async {
         match event {
-            Event::Apply(o) => apply(o).await,
-            Event::Cleanup(o) => cleanup(o).await,
+            Event::Apply(o) => apply(o).await.map_err(Step::Failed),
+            Event::Cleanup(o) => match cleanup(o).await {
+                Ok(Cleanup::Done) => Ok(Action::await_change()),
+                Ok(Cleanup::Waiting(what)) => Err(Step::Waiting(what)),
+                Err(e) => Err(Step::Failed(e)),
+            },
         }
     })
-    .await
-    .map_err(|e| match e {
-        FinalizerError::ApplyFailed(e) | FinalizerError::CleanupFailed(e) => e,
-        other => Error::Finalizer(other.to_string()),
-    });
+    .await;
+    let result = match result {
+        Ok(action) => Ok(action),
+        Err(FinalizerError::ApplyFailed(Step::Failed(e)))
+        | Err(FinalizerError::CleanupFailed(Step::Failed(e))) => Err(e),
+        Err(FinalizerError::ApplyFailed(Step::Waiting(what)))
+        | Err(FinalizerError::CleanupFailed(Step::Waiting(what))) => {
+            tracing::debug!(%name, "cleanup waiting for {what}");
+            Ok(Action::requeue(CLEANUP_POLL))
+        }
+        Err(other) => Err(Error::Finalizer(other.to_string())),
+    };
     ctx.metrics
         .duration
         .get_or_create(&labels)

@@ -14,7 +14,10 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use tokio::sync::Notify;
 
-use crate::error::{Error, Result};
+use crate::error::StateError;
+
+/// Result of a state-topic operation.
+pub type Result<T> = std::result::Result<T, StateError>;
 
 /// One state topic, mirrored in memory.
 pub struct StateCache {
@@ -36,8 +39,8 @@ impl Drop for StateCache {
 impl StateCache {
     /// Ensures the topic and starts tailing it from the beginning.
     pub fn start(config: &ClientConfig, topic: &str) -> Result<Arc<StateCache>> {
-        ensure_state_topic(config, topic).map_err(|e| Error::State(e.to_string()))?;
-        let writer = StateWriter::new(config, topic).map_err(|e| Error::State(e.to_string()))?;
+        ensure_state_topic(config, topic).map_err(|e| StateError(e.to_string()))?;
+        let writer = StateWriter::new(config, topic).map_err(|e| StateError(e.to_string()))?;
         let cache = Arc::new(StateCache {
             topic: topic.to_string(),
             units: RwLock::new(BTreeMap::new()),
@@ -54,14 +57,14 @@ impl StateCache {
             .set("enable.partition.eof", "true")
             .set("fetch.wait.max.ms", "100")
             .create_with_context(QuietEof)
-            .map_err(|e| Error::State(e.to_string()))?;
+            .map_err(|e| StateError(e.to_string()))?;
         let weak = Arc::downgrade(&cache);
         let stop = cache.stop.clone();
         let topic = topic.to_string();
         std::thread::Builder::new()
             .name(format!("state-{topic}"))
             .spawn(move || tail(consumer, &topic, weak, stop))
-            .map_err(|e| Error::State(e.to_string()))?;
+            .map_err(|e| StateError(e.to_string()))?;
         Ok(cache)
     }
 
@@ -185,8 +188,8 @@ impl StateCache {
             writer.flush(Duration::from_secs(15))
         })
         .await
-        .map_err(|e| Error::State(e.to_string()))?
-        .map_err(|e| Error::State(e.to_string()))?;
+        .map_err(|e| StateError(e.to_string()))?
+        .map_err(|e| StateError(e.to_string()))?;
         for (k, v) in &batch {
             self.apply(k, v.as_deref());
         }
@@ -300,7 +303,7 @@ impl StateCaches {
         let (config, t) = (config.clone(), topic.to_string());
         let cache = tokio::task::spawn_blocking(move || StateCache::start(&config, &t))
             .await
-            .map_err(|e| Error::State(e.to_string()))??;
+            .map_err(|e| StateError(e.to_string()))??;
         let mut caches = self.caches.lock().unwrap_or_else(|p| p.into_inner());
         Ok(caches
             .entry((key, topic.to_string()))

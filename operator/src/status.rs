@@ -2,7 +2,7 @@
 //! phase and mirror-wide counts. Pure.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kmirror_crds::v1alpha1::{DesiredState, PartitionCounts, PartitionState, PartitionStatus};
+use kmirror_crds::v1alpha1::{PartitionCounts, PartitionState, PartitionStatus};
 
 /// Sets (or replaces) a condition, keeping `lastTransitionTime` when the status is unchanged.
 pub fn set_condition(
@@ -53,15 +53,6 @@ pub fn truncate(s: &str, max: usize) -> String {
         end -= 1;
     }
     format!("{}...", &s[..end])
-}
-
-/// The state a partition settles in for a desired state.
-pub fn settled_state(desired: DesiredState) -> PartitionState {
-    match desired {
-        DesiredState::Mirroring => PartitionState::Mirroring,
-        DesiredState::Paused => PartitionState::Paused,
-        DesiredState::Stopped => PartitionState::Stopped,
-    }
 }
 
 /// A topic's phase: the shared state of its partitions, or the most significant one.

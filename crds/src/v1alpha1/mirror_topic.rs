@@ -206,4 +206,14 @@ impl MirrorTopic {
             .as_deref()
             .unwrap_or(&self.spec.source_topic)
     }
+
+    /// `namespace/name` of the `ClusterMirror` this topic belongs to: the key of its records in
+    /// the state topic.
+    pub fn mirror_key(&self) -> String {
+        format!(
+            "{}/{}",
+            self.metadata.namespace.as_deref().unwrap_or_default(),
+            self.spec.mirror
+        )
+    }
 }

@@ -14,13 +14,13 @@ use kmirror_state::kafka_admin::{
 use kube::ResourceExt;
 use rdkafka::error::RDKafkaErrorCode;
 
-use super::Mirrored;
 use super::acl_plan::{PlannedTopic, changes, plan};
+use super::{Mirrored, PartResult};
 use crate::clusters::Cluster;
 use crate::context::Context;
-use crate::error::{Error, Result};
+use crate::error::{Cause, KafkaError};
 use crate::kafka::TIMEOUT;
-use crate::state_cache::StateCache;
+use crate::scope::MirrorScope;
 
 fn any_filter() -> AclBinding {
     AclBinding {
@@ -35,7 +35,7 @@ fn any_filter() -> AclBinding {
 }
 
 /// All bindings of a cluster; `None` when it has no authorizer.
-async fn all_acls(cluster: &Arc<Cluster>) -> Result<Option<Vec<AclBinding>>> {
+async fn all_acls(cluster: &Arc<Cluster>) -> Result<Option<Vec<AclBinding>>, KafkaError> {
     let c = cluster.clone();
     let result =
         tokio::task::spawn_blocking(move || describe_acls(c.admin.inner(), &any_filter(), TIMEOUT))
@@ -65,14 +65,8 @@ pub fn fetcher_principal(cm: &ClusterMirror) -> Option<String> {
 
 /// Syncs the ACLs of the mirror. `writable` names a source topic to treat as failed over even if
 /// its partitions are not STOPPED yet (the last step of a failover).
-pub async fn sync(
-    cm: &ClusterMirror,
-    source: &Arc<Cluster>,
-    destination: &Arc<Cluster>,
-    cache: &Arc<StateCache>,
-    topics: &[Mirrored],
-    writable: Option<&str>,
-) -> Result<String> {
+pub async fn sync(scope: &MirrorScope, topics: &[Mirrored], writable: Option<&str>) -> PartResult {
+    let (cm, source, destination) = (&scope.mirror, &scope.source, &scope.destination);
     let Some(existing) = all_acls(destination).await? else {
         return Ok(
             "the destination has no authorizer: foreign writes are detected, not prevented".into(),
@@ -100,7 +94,7 @@ pub async fn sync(
         "spec.sync.consumerGroups",
         true,
     )
-    .map_err(|e| Error::State(e.to_string()))?;
+    .map_err(|e| Cause::Invalid(e.to_string()))?;
     let wanted = plan(
         &source_acls,
         &planned,
@@ -108,8 +102,7 @@ pub async fn sync(
         fetcher_principal(cm).as_deref(),
     );
     let existing: BTreeSet<AclBinding> = existing.into_iter().collect();
-    let mirror = format!("{}/{}", cm.namespace().unwrap_or_default(), cm.name_any());
-    let created_before: BTreeSet<AclBinding> = cache.acls(&mirror).into_iter().collect();
+    let created_before: BTreeSet<AclBinding> = scope.cache.acls(&scope.key).into_iter().collect();
     let (create, delete) = changes(&wanted, &existing, &created_before);
     let d = destination.clone();
     let (c2, d2) = (create.clone(), delete.clone());
@@ -128,7 +121,7 @@ pub async fn sync(
         .into_iter()
         .collect();
     if ours != created_before.iter().cloned().collect::<Vec<_>>() {
-        cache.write_acls(&mirror, &ours).await?;
+        scope.cache.write_acls(&scope.key, &ours).await?;
     }
     for b in &create {
         tracing::info!(acl = %b, "created ACL on the destination");
@@ -146,27 +139,12 @@ pub async fn sync(
 
 /// Applies the source's WRITE ACLs for a topic being failed over.
 pub async fn make_writable(
-    ctx: &Arc<Context>,
-    cm: &ClusterMirror,
+    ctx: &Context,
+    scope: &MirrorScope,
     mt: &MirrorTopic,
-    source: &Arc<Cluster>,
-    destination: &Arc<Cluster>,
-) -> Result<()> {
-    let (dest, _) = (destination.clone(), ());
-    let cache = ctx
-        .states
-        .get(dest.key, &dest.config, &cm.spec.state_topic)
-        .await?;
-    let topics = super::mirrored_topics(ctx, cm, &cache).await?;
-    let summary = sync(
-        cm,
-        source,
-        destination,
-        &cache,
-        &topics,
-        Some(&mt.spec.source_topic),
-    )
-    .await?;
+) -> Result<(), Cause> {
+    let topics = super::mirrored_topics(ctx, &scope.mirror, &scope.cache).await?;
+    let summary = sync(scope, &topics, Some(&mt.spec.source_topic)).await?;
     tracing::info!(topic = %mt.name_any(), "{summary}");
     Ok(())
 }

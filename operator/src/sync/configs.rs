@@ -1,25 +1,17 @@
 //! Topic config sync: the source's non-default configs, minus the exclude list, applied to the
 //! destination with incremental alter configs.
 
-use std::sync::Arc;
-
-use kmirror_crds::v1alpha1::ClusterMirror;
 use kmirror_state::kafka_admin::{ConfigOp, alter_topic_configs};
 
-use super::Mirrored;
-use crate::clusters::Cluster;
-use crate::error::Result;
+use super::{Mirrored, PartResult};
 use crate::kafka;
+use crate::scope::MirrorScope;
 use crate::topic_configs::{Change, diff, wanted};
 
 /// Syncs the configs of every mirrored topic that is not failed over.
-pub async fn sync(
-    cm: &ClusterMirror,
-    source: &Arc<Cluster>,
-    destination: &Arc<Cluster>,
-    topics: &[Mirrored],
-) -> Result<String> {
-    let exclude = &cm.spec.sync.topic_configs.exclude;
+pub async fn sync(scope: &MirrorScope, topics: &[Mirrored]) -> PartResult {
+    let (source, destination) = (&scope.source, &scope.destination);
+    let exclude = &scope.mirror.spec.sync.topic_configs.exclude;
     let mut changed = Vec::new();
     for t in topics.iter().filter(|t| !t.stopped) {
         let src = &t.topic.spec.source_topic;

@@ -4,19 +4,18 @@
 //! Groups with active members on the destination are skipped and reported.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
 use std::time::Duration;
 
 use kmirror_crds::filter::Selector;
-use kmirror_crds::v1alpha1::{ClusterMirror, MirrorTopic};
+use kmirror_crds::v1alpha1::MirrorTopic;
 use kmirror_state::offset_map::OffsetMap;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
-use super::Mirrored;
+use super::{Mirrored, PartResult};
 use crate::clusters::Cluster;
-use crate::error::{Error, Result};
-use crate::mirror_topic::mirror_key;
+use crate::error::{Cause, KafkaError};
+use crate::scope::MirrorScope;
 use crate::state_cache::StateCache;
 
 const TIMEOUT: Duration = Duration::from_secs(15);
@@ -74,7 +73,7 @@ fn plans(cache: &StateCache, topics: &[&MirrorTopic]) -> Vec<TopicPlan> {
     topics
         .iter()
         .map(|t| {
-            let records = cache.topic(&mirror_key(t), &t.spec.source_topic);
+            let records = cache.topic(&t.mirror_key(), &t.spec.source_topic);
             TopicPlan {
                 source: t.spec.source_topic.clone(),
                 destination: t.destination_topic().to_string(),
@@ -196,13 +195,10 @@ pub fn sync_blocking(
 /// Syncs the groups of the mirror over its mirrored topics that are not failed over (or, with
 /// `only`, over that one topic — the final sync of a failover).
 pub async fn sync(
-    cm: &ClusterMirror,
-    source: &Arc<Cluster>,
-    destination: &Arc<Cluster>,
-    cache: &Arc<StateCache>,
+    scope: &MirrorScope,
     topics: &[Mirrored],
     only: Option<&MirrorTopic>,
-) -> Result<String> {
+) -> PartResult {
     let chosen: Vec<&MirrorTopic> = match only {
         Some(t) => vec![t],
         None => topics
@@ -211,23 +207,23 @@ pub async fn sync(
             .map(|t| &t.topic)
             .collect(),
     };
-    let plans = plans(cache, &chosen);
+    let plans = plans(&scope.cache, &chosen);
     if plans.is_empty() {
         return Ok("no mirrored topics to sync groups for".into());
     }
-    let groups = &cm.spec.sync.consumer_groups;
+    let groups = &scope.mirror.spec.sync.consumer_groups;
     let selector = Selector::compile(
         &groups.include,
         &groups.exclude,
         "spec.sync.consumerGroups",
         true,
     )
-    .map_err(|e| Error::State(e.to_string()))?;
-    let (s, d) = (source.clone(), destination.clone());
+    .map_err(|e| Cause::Invalid(e.to_string()))?;
+    let (s, d) = (scope.source.clone(), scope.destination.clone());
     let report = tokio::task::spawn_blocking(move || sync_blocking(&s, &d, &selector, &plans))
         .await
-        .map_err(|e| Error::State(e.to_string()))?
-        .map_err(|message| Error::Kafka {
+        .map_err(|e| scope.source.error(e))?
+        .map_err(|message| KafkaError {
             cluster: "source",
             message,
         })?;
@@ -238,19 +234,11 @@ pub async fn sync(
 }
 
 /// The last group-offset sync of a topic being failed over (skipped when disabled).
-pub async fn final_sync(
-    cm: &ClusterMirror,
-    mt: &MirrorTopic,
-    source: &Arc<Cluster>,
-    destination: &Arc<Cluster>,
-    cache: &Arc<StateCache>,
-) -> Result<Option<String>> {
-    if !cm.spec.sync.consumer_groups.enabled {
-        return Ok(None);
+pub async fn final_sync(scope: &MirrorScope, mt: &MirrorTopic) -> Result<(), Cause> {
+    if !scope.mirror.spec.sync.consumer_groups.enabled {
+        return Ok(());
     }
-    sync(cm, source, destination, cache, &[], Some(mt))
-        .await
-        .map(|_| None)
+    sync(scope, &[], Some(mt)).await.map(|_| ())
 }
 
 #[cfg(test)]

@@ -8,15 +8,53 @@ pub mod configs;
 pub mod groups;
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use kmirror_crds::v1alpha1::{ClusterMirror, MirrorTopic, PartitionState, SyncPartStatus};
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 
 use crate::context::Context;
-use crate::error::Result;
+use crate::error::Cause;
+use crate::scope::MirrorScope;
 use crate::state_cache::StateCache;
+
+/// A part of the metadata sync. The order is that of their names, as status and messages list
+/// them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum SyncPart {
+    /// ACLs of mirrored topics and included groups.
+    Acls,
+    /// Committed consumer-group offsets.
+    ConsumerGroups,
+    /// Partition growth (done by the `MirrorTopic` reconciler; reported here).
+    Partitions,
+    /// Topic configs.
+    TopicConfigs,
+    /// `MirrorTopic`s for source topics matching the filters.
+    Topics,
+}
+
+impl SyncPart {
+    /// The part's name in status, messages and the `part` metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SyncPart::Acls => "acls",
+            SyncPart::ConsumerGroups => "consumerGroups",
+            SyncPart::Partitions => "partitions",
+            SyncPart::TopicConfigs => "topicConfigs",
+            SyncPart::Topics => "topics",
+        }
+    }
+}
+
+impl std::fmt::Display for SyncPart {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What one part of a sync achieved (a summary) or why it failed.
+pub type PartResult = Result<String, Cause>;
 
 /// A mirrored topic with what the sync needs to know.
 #[derive(Debug, Clone)]
@@ -30,19 +68,19 @@ pub struct Mirrored {
 /// The `MirrorTopic`s of a mirror, with their lifecycle summary.
 pub async fn mirrored_topics(
     ctx: &Context,
-    cm: &ClusterMirror,
+    mirror: &ClusterMirror,
     cache: &StateCache,
-) -> Result<Vec<Mirrored>> {
-    let ns = cm.namespace().unwrap_or_default();
+) -> Result<Vec<Mirrored>, kube::Error> {
+    let ns = mirror.namespace().unwrap_or_default();
     let api: Api<MirrorTopic> = Api::namespaced(ctx.client.clone(), &ns);
-    let mirror = format!("{ns}/{}", cm.name_any());
+    let key = crate::scope::key_of(mirror);
     let list = api.list(&ListParams::default()).await?;
     Ok(list
         .items
         .into_iter()
-        .filter(|t| t.spec.mirror == cm.name_any() && t.metadata.deletion_timestamp.is_none())
+        .filter(|t| t.spec.mirror == mirror.name_any() && t.metadata.deletion_timestamp.is_none())
         .map(|t| {
-            let records = cache.topic(&mirror, &t.spec.source_topic);
+            let records = cache.topic(&key, &t.spec.source_topic);
             let stopped = !records.is_empty()
                 && records.values().all(|r| {
                     r.state
@@ -57,7 +95,7 @@ pub async fn mirrored_topics(
 /// Turns a part's outcome into its status, keeping the last success time on failure.
 pub fn part_status(
     previous: Option<&SyncPartStatus>,
-    outcome: &Result<String>,
+    outcome: &PartResult,
     now: &str,
 ) -> SyncPartStatus {
     match outcome {
@@ -76,56 +114,86 @@ pub fn part_status(
     }
 }
 
-/// The ConfigMap-free record of which sync parts ran: part name → outcome.
-pub type Outcomes = BTreeMap<&'static str, Result<String>>;
+/// The outcome of each part that ran.
+pub type Outcomes = BTreeMap<SyncPart, PartResult>;
 
 /// Runs every enabled sync part once.
-pub async fn run(
-    ctx: &Arc<Context>,
-    cm: &ClusterMirror,
-    source: &Arc<crate::clusters::Cluster>,
-    destination: &Arc<crate::clusters::Cluster>,
-    cache: &Arc<StateCache>,
-) -> Outcomes {
+pub async fn run(ctx: &Context, scope: &MirrorScope) -> Outcomes {
     let mut out = Outcomes::new();
-    let topics = match mirrored_topics(ctx, cm, cache).await {
+    let spec = &scope.mirror.spec.sync;
+    let topics = match mirrored_topics(ctx, &scope.mirror, &scope.cache).await {
         Ok(t) => t,
         Err(e) => {
-            out.insert(
-                "topicConfigs",
-                Err(crate::error::Error::State(e.to_string())),
-            );
+            out.insert(SyncPart::TopicConfigs, Err(Cause::Kube(e)));
             return out;
         }
     };
-    if cm.spec.sync.topic_configs.enabled {
+    if spec.topic_configs.enabled {
+        out.insert(SyncPart::TopicConfigs, configs::sync(scope, &topics).await);
+    }
+    if spec.consumer_groups.enabled {
         out.insert(
-            "topicConfigs",
-            configs::sync(cm, source, destination, &topics).await,
+            SyncPart::ConsumerGroups,
+            groups::sync(scope, &topics, None).await,
         );
     }
-    if cm.spec.sync.consumer_groups.enabled {
-        out.insert(
-            "consumerGroups",
-            groups::sync(cm, source, destination, cache, &topics, None).await,
-        );
+    if spec.acls.enabled {
+        out.insert(SyncPart::Acls, acls::sync(scope, &topics, None).await);
     }
-    if cm.spec.sync.acls.enabled {
-        out.insert(
-            "acls",
-            acls::sync(cm, source, destination, cache, &topics, None).await,
-        );
-    }
-    let mirror = format!("{}/{}", cm.namespace().unwrap_or_default(), cm.name_any());
     for (part, outcome) in &out {
         ctx.metrics
             .sync_runs
             .get_or_create(&crate::metrics::SyncLabels {
-                mirror: mirror.clone(),
-                part: (*part).to_string(),
+                mirror: scope.key.clone(),
+                part: part.as_str().to_string(),
                 result: if outcome.is_ok() { "ok" } else { "error" }.to_string(),
             })
             .inc();
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn part_names_are_the_status_and_metric_names() {
+        let names: Vec<&str> = [
+            SyncPart::Acls,
+            SyncPart::ConsumerGroups,
+            SyncPart::Partitions,
+            SyncPart::TopicConfigs,
+            SyncPart::Topics,
+        ]
+        .iter()
+        .map(|p| p.as_str())
+        .collect();
+        assert_eq!(
+            names,
+            [
+                "acls",
+                "consumerGroups",
+                "partitions",
+                "topicConfigs",
+                "topics"
+            ]
+        );
+        let mut sorted = names.clone();
+        sorted.sort();
+        assert_eq!(
+            names, sorted,
+            "parts are listed in the order of their names"
+        );
+    }
+
+    #[test]
+    fn a_failure_keeps_the_last_success() {
+        let ok = part_status(None, &Ok("3 topics in sync".into()), "t1");
+        assert_eq!(ok.last_success_time.as_deref(), Some("t1"));
+        let failed = part_status(Some(&ok), &Err(Cause::Invalid("bad filter".into())), "t2");
+        assert_eq!(failed.last_success_time.as_deref(), Some("t1"));
+        assert_eq!(failed.last_error.as_deref(), Some("bad filter"));
+        assert_eq!(failed.summary.as_deref(), Some("3 topics in sync"));
+    }
 }

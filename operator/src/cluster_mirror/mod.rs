@@ -1,0 +1,219 @@
+//! The `ClusterMirror` controller: reachability and identity of both clusters, the state topic,
+//! `MirrorTopic`s for source topics matching the filters, the periodic metadata sync, and the
+//! mirror-wide status.
+//!
+//! One reconcile: validate, connect both clusters, resolve the [`MirrorScope`], run the sync when
+//! it is due, list the mirror's topics, then compute the status and events ([`status`], pure)
+//! and write them.
+
+pub mod discover;
+pub mod status;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kmirror_crds::duration::parse_duration;
+use kmirror_crds::v1alpha1::{ClusterMirror, MirrorTopic};
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams};
+use kube::runtime::controller::Action;
+
+use crate::clusters::Cluster;
+use crate::context::{Context, Note};
+use crate::error::{Cause, Error, Result};
+use crate::reconcile::Cleanup;
+use crate::scope::{MirrorScope, STATE_LOAD_WAIT, key_of};
+use crate::sync;
+pub use discover::{LABEL_CREATED_BY, topic_object_name};
+use status::{Facts, Reach, SyncRun};
+
+/// Finalizer that removes a mirror's `MirrorTopic`s (and lets their own cleanup run) first.
+pub const FINALIZER: &str = "kmirror.io/cluster-mirror";
+
+/// Reconciles one `ClusterMirror`.
+pub async fn reconcile(cm: Arc<ClusterMirror>, ctx: Arc<Context>) -> Result<Action> {
+    crate::reconcile::with_finalizer(
+        &ctx,
+        "clustermirror",
+        FINALIZER,
+        cm,
+        |o| apply(o, ctx.clone()),
+        |o| cleanup(o, ctx.clone()),
+    )
+    .await
+}
+
+/// One side of a mirror: how it answered, and the connection when there is one.
+struct Side {
+    reach: Reach,
+    cluster: Option<(Arc<Cluster>, String)>,
+}
+
+fn side_failed(reason: &str, message: String) -> Side {
+    Side {
+        reach: Reach {
+            ok: false,
+            reason: reason.into(),
+            message,
+            id: None,
+        },
+        cluster: None,
+    }
+}
+
+async fn connect(ctx: &Context, cm: &ClusterMirror, side: &'static str) -> Side {
+    let ns = cm.namespace().unwrap_or_default();
+    let conn = if side == "source" {
+        &cm.spec.source
+    } else {
+        &cm.spec.destination
+    };
+    let (cluster, secrets_version) = match ctx.clusters.get(&ctx.client, &ns, conn, side).await {
+        Ok(c) => c,
+        Err(e @ Cause::MissingSecret(_)) => return side_failed("SecretNotFound", e.to_string()),
+        Err(e) => return side_failed("InvalidConnection", e.to_string()),
+    };
+    let reach = match cluster.cluster_id(Duration::from_secs(10)).await {
+        Err(e) => Reach {
+            ok: false,
+            reason: "Unreachable".into(),
+            message: e.to_string(),
+            id: None,
+        },
+        Ok(id) => match &conn.cluster_id {
+            Some(pinned) if pinned != &id => Reach {
+                ok: false,
+                reason: "ClusterIdMismatch".into(),
+                message: format!(
+                    "spec.{side}.clusterId is {pinned} but the cluster reports {id}: refusing to use it"
+                ),
+                id: Some(id),
+            },
+            _ => Reach {
+                ok: true,
+                reason: "Connected".into(),
+                message: format!("cluster {id} answers at {}", conn.bootstrap_servers),
+                id: Some(id),
+            },
+        },
+    };
+    Side {
+        reach,
+        cluster: Some((cluster, secrets_version)),
+    }
+}
+
+async fn apply(cm: Arc<ClusterMirror>, ctx: Arc<Context>) -> Result<Action> {
+    let key = key_of(&cm);
+    let now = Time(Timestamp::now());
+
+    let problems = kmirror_crds::validate::cluster_mirror(&cm.spec);
+    if !problems.is_empty() {
+        let message = kmirror_crds::validate::describe(&problems);
+        ctx.publish(
+            cm.as_ref(),
+            &Note::warning("InvalidSpec", "Validate", message.clone()),
+        )
+        .await;
+        ctx.write_status(cm.as_ref(), status::invalid(&cm, &message, &now))
+            .await?;
+        return Ok(Action::await_change());
+    }
+
+    let source = connect(&ctx, &cm, "source").await;
+    let destination = connect(&ctx, &cm, "destination").await;
+    let mut requeue = Duration::from_secs(30);
+    let mut sync_run = None;
+    let interval = parse_duration(&cm.spec.sync.interval).unwrap_or(Duration::from_secs(30));
+    match (&source, &destination) {
+        (
+            Side {
+                reach: Reach { ok: true, .. },
+                cluster: Some((src, src_version)),
+            },
+            Side {
+                reach: Reach { ok: true, .. },
+                cluster: Some((dst, dst_version)),
+            },
+        ) => {
+            let scope = MirrorScope::open(
+                &ctx,
+                cm.as_ref().clone(),
+                src.clone(),
+                dst.clone(),
+                format!("{src_version}/{dst_version}"),
+            )
+            .await
+            .map_err(Error::OpenState)?;
+            scope.cache.wait_loaded(STATE_LOAD_WAIT).await;
+            if ctx.sync_clock.due(&key, interval) {
+                let topics = discover::discover_topics(&ctx, &scope).await;
+                let parts = sync::run(&ctx, &scope).await;
+                ctx.sync_clock.ran(&key);
+                sync_run = Some(SyncRun { topics, parts });
+            }
+            requeue = requeue.min(
+                ctx.sync_clock
+                    .remaining(&key, interval)
+                    .max(Duration::from_secs(1)),
+            );
+        }
+        _ => requeue = Duration::from_secs(15),
+    }
+
+    let topics = mirror_topics(&ctx, &cm).await?;
+    let facts = Facts {
+        source: &source.reach,
+        destination: &destination.reach,
+        sync: sync_run.as_ref(),
+        topics: &topics,
+    };
+    let (new_status, notes) = status::status(&cm, &facts, &now);
+    for note in &notes {
+        ctx.publish(cm.as_ref(), note).await;
+    }
+    if status::unsettled(&topics) {
+        requeue = requeue.min(Duration::from_secs(5));
+    }
+    let wait = ctx.write_status(cm.as_ref(), new_status).await?;
+    Ok(Action::requeue(requeue.max(wait)))
+}
+
+/// The `MirrorTopic`s of a mirror.
+async fn mirror_topics(ctx: &Context, cm: &ClusterMirror) -> Result<Vec<MirrorTopic>> {
+    let api: Api<MirrorTopic> =
+        Api::namespaced(ctx.client.clone(), &cm.namespace().unwrap_or_default());
+    let name = cm.name_any();
+    Ok(api
+        .list(&ListParams::default())
+        .await
+        .map_err(Error::ListMirrorTopics)?
+        .items
+        .into_iter()
+        .filter(|t| t.spec.mirror == name)
+        .collect())
+}
+
+/// Deleting a `ClusterMirror`: delete its `MirrorTopic`s and wait until their own cleanup is
+/// done (it needs this mirror's connection settings).
+async fn cleanup(cm: Arc<ClusterMirror>, ctx: Arc<Context>) -> Result<Cleanup> {
+    let mine = mirror_topics(&ctx, &cm).await?;
+    if mine.is_empty() {
+        return Ok(Cleanup::Done);
+    }
+    let api: Api<MirrorTopic> =
+        Api::namespaced(ctx.client.clone(), &cm.namespace().unwrap_or_default());
+    for t in mine
+        .iter()
+        .filter(|t| t.metadata.deletion_timestamp.is_none())
+    {
+        let _ = api.delete(&t.name_any(), &DeleteParams::default()).await;
+    }
+    Ok(Cleanup::Waiting(format!(
+        "{} MirrorTopics of {} to be removed",
+        mine.len(),
+        cm.name_any()
+    )))
+}

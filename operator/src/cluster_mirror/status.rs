@@ -1,0 +1,358 @@
+//! A `ClusterMirror`'s status and events, from how its clusters answered, what its metadata
+//! sync did and its topics' status. Pure.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kmirror_crds::v1alpha1::{
+    ClusterMirror, ClusterMirrorStatus, MirrorTopic, PartitionState, SyncStatus,
+};
+
+use crate::context::Note;
+use crate::status::{add_counts, condition_is, count, set_condition};
+use crate::sync::{Outcomes, PartResult, SyncPart, part_status};
+
+/// How one cluster answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reach {
+    /// Connected, and its ID is the pinned one (if any).
+    pub ok: bool,
+    /// Condition reason (`Connected`, `Unreachable`, `SecretNotFound`, …).
+    pub reason: String,
+    /// Condition message.
+    pub message: String,
+    /// The cluster ID it reported.
+    pub id: Option<String>,
+}
+
+/// What one metadata sync did.
+#[derive(Debug)]
+pub struct SyncRun {
+    /// Topic discovery.
+    pub topics: PartResult,
+    /// The other parts.
+    pub parts: Outcomes,
+}
+
+/// Everything the status of a mirror is made from.
+#[derive(Debug)]
+pub struct Facts<'a> {
+    /// The source cluster.
+    pub source: &'a Reach,
+    /// The destination cluster.
+    pub destination: &'a Reach,
+    /// The metadata sync, when it ran in this reconcile.
+    pub sync: Option<&'a SyncRun>,
+    /// The mirror's `MirrorTopic`s.
+    pub topics: &'a [MirrorTopic],
+}
+
+/// The status of a mirror whose spec is invalid.
+pub fn invalid(cm: &ClusterMirror, message: &str, now: &Time) -> ClusterMirrorStatus {
+    let generation = cm.metadata.generation;
+    let mut status = cm.status.clone().unwrap_or_default();
+    status.observed_generation = generation;
+    set_condition(
+        &mut status.conditions,
+        "Ready",
+        false,
+        "InvalidSpec",
+        message,
+        generation,
+        now,
+    );
+    status
+}
+
+fn apply_outcomes(sync: &mut SyncStatus, run: &SyncRun, now: &str) {
+    sync.topics = Some(part_status(sync.topics.as_ref(), &run.topics, now));
+    for (part, outcome) in &run.parts {
+        let slot = match part {
+            SyncPart::TopicConfigs => &mut sync.topic_configs,
+            SyncPart::ConsumerGroups => &mut sync.consumer_groups,
+            SyncPart::Acls => &mut sync.acls,
+            SyncPart::Topics => &mut sync.topics,
+            SyncPart::Partitions => &mut sync.partitions,
+        };
+        *slot = Some(part_status(slot.as_ref(), outcome, now));
+    }
+}
+
+/// Whether some topic has partitions on their way somewhere (the mirror looks again soon).
+pub fn unsettled(topics: &[MirrorTopic]) -> bool {
+    topics.iter().any(|t| {
+        t.status.as_ref().is_none_or(|s| {
+            s.partitions.iter().any(|p| {
+                !matches!(
+                    p.state,
+                    PartitionState::Mirroring | PartitionState::Stopped | PartitionState::Paused
+                )
+            })
+        })
+    })
+}
+
+/// The status of `cm` and the events to publish.
+pub fn status(
+    cm: &ClusterMirror,
+    facts: &Facts<'_>,
+    now: &Time,
+) -> (ClusterMirrorStatus, Vec<Note>) {
+    let generation = cm.metadata.generation;
+    let old = cm.status.as_ref();
+    let mut status = old.cloned().unwrap_or_default();
+    status.observed_generation = generation;
+    let mut notes = Vec::new();
+    for (side, s) in [("Source", facts.source), ("Destination", facts.destination)] {
+        let condition = format!("{side}Reachable");
+        set_condition(
+            &mut status.conditions,
+            &condition,
+            s.ok,
+            &s.reason,
+            s.message.clone(),
+            generation,
+            now,
+        );
+        let previous = old.and_then(|st| condition_is(&st.conditions, &condition));
+        if !s.ok && previous != Some(false) {
+            notes.push(Note::warning(
+                &s.reason,
+                "Connect",
+                format!("{}: {}", side.to_lowercase(), s.message),
+            ));
+        }
+    }
+    status.source_cluster_id = facts.source.id.clone().or(status.source_cluster_id);
+    status.destination_cluster_id = facts
+        .destination
+        .id
+        .clone()
+        .or(status.destination_cluster_id);
+
+    let reachable = facts.source.ok && facts.destination.ok;
+    if !reachable {
+        set_condition(
+            &mut status.conditions,
+            "Synced",
+            false,
+            "ClusterUnavailable",
+            "a cluster is not reachable",
+            generation,
+            now,
+        );
+    } else if let Some(run) = facts.sync {
+        apply_outcomes(&mut status.sync, run, &now.0.to_string());
+        let failed: Vec<String> = run
+            .parts
+            .iter()
+            .filter_map(|(part, o)| o.as_ref().err().map(|e| format!("{part}: {e}")))
+            .chain(run.topics.as_ref().err().map(|e| format!("topics: {e}")))
+            .collect();
+        if failed.is_empty() {
+            set_condition(
+                &mut status.conditions,
+                "Synced",
+                true,
+                "Synced",
+                "every enabled sync part succeeded",
+                generation,
+                now,
+            );
+        } else {
+            let message = failed.join("; ");
+            notes.push(Note::warning("SyncFailed", "Sync", message.clone()));
+            set_condition(
+                &mut status.conditions,
+                "Synced",
+                false,
+                "SyncFailed",
+                message,
+                generation,
+                now,
+            );
+        }
+    }
+
+    // Mirror-wide counts from the topics' status.
+    status.topics = facts.topics.len() as i32;
+    status.partitions = facts.topics.iter().fold(Default::default(), |acc, t| {
+        let states = t
+            .status
+            .as_ref()
+            .map(|s| s.partitions.iter().map(|p| p.state).collect::<Vec<_>>())
+            .unwrap_or_default();
+        add_counts(&acc, &count(states))
+    });
+    status.partitions_summary = Some(format!(
+        "{}/{}",
+        status.partitions.mirroring, status.partitions.total
+    ));
+    status.max_lag = facts
+        .topics
+        .iter()
+        .filter_map(|t| t.status.as_ref().and_then(|s| s.max_lag))
+        .max();
+    let (ready, reason, message) = if !reachable {
+        (
+            false,
+            "ClusterUnavailable",
+            format!(
+                "source: {}; destination: {}",
+                facts.source.message, facts.destination.message
+            ),
+        )
+    } else if status.partitions.failed > 0 {
+        (
+            false,
+            "PartitionsFailed",
+            format!(
+                "{} partitions FAILED (see the MirrorTopics)",
+                status.partitions.failed
+            ),
+        )
+    } else {
+        (
+            true,
+            "Mirroring",
+            format!(
+                "{} topics, {} of {} partitions mirroring",
+                status.topics, status.partitions.mirroring, status.partitions.total
+            ),
+        )
+    };
+    set_condition(
+        &mut status.conditions,
+        "Ready",
+        ready,
+        reason,
+        message,
+        generation,
+        now,
+    );
+    (status, notes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::{Cause, KafkaError};
+    use k8s_openapi::jiff::Timestamp;
+    use kmirror_crds::v1alpha1::{MirrorTopicStatus, PartitionStatus};
+
+    fn mirror() -> ClusterMirror {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "kmirror.io/v1alpha1", "kind": "ClusterMirror",
+            "metadata": {"name": "dr", "namespace": "ns", "generation": 2},
+            "spec": {"source": {"bootstrapServers": "s:9092"},
+                     "destination": {"bootstrapServers": "d:9092"}}
+        }))
+        .unwrap()
+    }
+
+    fn reach(ok: bool) -> Reach {
+        Reach {
+            ok,
+            reason: if ok { "Connected" } else { "Unreachable" }.into(),
+            message: if ok { "cluster c answers" } else { "no answer" }.into(),
+            id: ok.then(|| "c".to_string()),
+        }
+    }
+
+    fn topic(states: &[PartitionState]) -> MirrorTopic {
+        let mut t: MirrorTopic = serde_json::from_value(serde_json::json!({
+            "apiVersion": "kmirror.io/v1alpha1", "kind": "MirrorTopic",
+            "metadata": {"name": "t", "namespace": "ns"},
+            "spec": {"mirror": "dr", "sourceTopic": "t"}
+        }))
+        .unwrap();
+        t.status = Some(MirrorTopicStatus {
+            partitions: states
+                .iter()
+                .enumerate()
+                .map(|(i, s)| PartitionStatus {
+                    partition: i as i32,
+                    state: *s,
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        });
+        t
+    }
+
+    fn condition<'a>(s: &'a ClusterMirrorStatus, type_: &str) -> (&'a str, &'a str) {
+        let c = s.conditions.iter().find(|c| c.type_ == type_).unwrap();
+        (c.status.as_str(), c.reason.as_str())
+    }
+
+    #[test]
+    fn an_unreachable_cluster_is_reported_once_and_makes_the_mirror_unready() {
+        let now = Time(Timestamp::from_second(100).unwrap());
+        let (up, down) = (reach(true), reach(false));
+        let topics = [topic(&[PartitionState::Mirroring])];
+        let facts = Facts {
+            source: &up,
+            destination: &down,
+            sync: None,
+            topics: &topics,
+        };
+        let mut cm = mirror();
+        let (status, notes) = status(&cm, &facts, &now);
+        assert_eq!(
+            condition(&status, "DestinationReachable"),
+            ("False", "Unreachable")
+        );
+        assert_eq!(condition(&status, "Ready"), ("False", "ClusterUnavailable"));
+        assert_eq!(
+            condition(&status, "Synced"),
+            ("False", "ClusterUnavailable")
+        );
+        assert_eq!(notes.len(), 1);
+        assert_eq!(notes[0].text, "destination: no answer");
+        cm.status = Some(status);
+        let (_, notes) = super::status(&cm, &facts, &now);
+        assert!(notes.is_empty(), "reported once, not on every reconcile");
+    }
+
+    #[test]
+    fn a_failed_sync_part_is_named_and_failed_partitions_are_counted() {
+        let now = Time(Timestamp::from_second(100).unwrap());
+        let up = reach(true);
+        let topics = [topic(&[PartitionState::Mirroring, PartitionState::Failed])];
+        let run = SyncRun {
+            topics: Ok("1 matching source topics, 0 new".into()),
+            parts: Outcomes::from([
+                (SyncPart::TopicConfigs, Ok("1 topics in sync".into())),
+                (
+                    SyncPart::ConsumerGroups,
+                    Err(Cause::Kafka(KafkaError {
+                        cluster: "source",
+                        message: "listing source groups: timed out".into(),
+                    })),
+                ),
+            ]),
+        };
+        let facts = Facts {
+            source: &up,
+            destination: &up,
+            sync: Some(&run),
+            topics: &topics,
+        };
+        let (status, notes) = status(&mirror(), &facts, &now);
+        let synced = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Synced")
+            .unwrap();
+        assert_eq!(
+            synced.message,
+            "consumerGroups: source cluster: listing source groups: timed out"
+        );
+        assert_eq!(notes[0].reason, "SyncFailed");
+        assert_eq!(condition(&status, "Ready"), ("False", "PartitionsFailed"));
+        assert_eq!((status.partitions.total, status.partitions.failed), (2, 1));
+        assert_eq!(status.partitions_summary.as_deref(), Some("1/2"));
+        assert!(status.sync.consumer_groups.unwrap().last_error.is_some());
+        assert!(status.sync.topic_configs.unwrap().last_error.is_none());
+        assert!(unsettled(&topics));
+    }
+}

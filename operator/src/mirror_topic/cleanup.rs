@@ -1,0 +1,148 @@
+//! Deleting a `MirrorTopic`: stop its fetchers (wait until their pods are gone), keep the
+//! destination data, tombstone its state — except the failover record of STOPPED partitions,
+//! which a failback needs.
+
+use k8s_openapi::api::core::v1::Pod;
+use kmirror_crds::v1alpha1::{ClusterMirror, MirrorTopic, PartitionState};
+use kmirror_state::records::{PartitionRecords, RecordKind, StateKey};
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams};
+
+use crate::context::{Context, Note};
+use crate::error::{Error, Result};
+use crate::pods::{LABEL_MIRROR_TOPIC, label_value};
+use crate::reconcile::Cleanup;
+use crate::scope::STATE_LOAD_WAIT;
+
+/// The state records of a deleted topic to tombstone: all but those of STOPPED partitions.
+/// Pure.
+pub fn forgotten(
+    mirror: &str,
+    topic: &str,
+    records: &std::collections::BTreeMap<i32, PartitionRecords>,
+) -> Vec<StateKey> {
+    let mut keys = Vec::new();
+    for (&p, r) in records {
+        let stopped = r
+            .state
+            .as_ref()
+            .is_some_and(|s| s.state == PartitionState::Stopped);
+        if stopped {
+            continue;
+        }
+        if r.state.is_some() {
+            keys.push(StateKey::new(RecordKind::State, mirror, topic, p));
+        }
+        if r.position.is_some() {
+            keys.push(StateKey::new(RecordKind::Position, mirror, topic, p));
+        }
+        keys.extend(
+            r.chunks
+                .keys()
+                .map(|c| StateKey::map_chunk(mirror, topic, p, *c)),
+        );
+    }
+    keys
+}
+
+/// Cleans up after a deleted `MirrorTopic`.
+pub async fn cleanup(mt: &MirrorTopic, ctx: &Context) -> Result<Cleanup> {
+    let ns = mt.namespace().unwrap_or_default();
+    let name = mt.name_any();
+    let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let pods = pods_api
+        .list(
+            &ListParams::default().labels(&format!("{LABEL_MIRROR_TOPIC}={}", label_value(&name))),
+        )
+        .await
+        .map_err(Error::ListPods)?;
+    if !pods.items.is_empty() {
+        for pod in pods
+            .items
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+        {
+            let _ = pods_api
+                .delete(&pod.name_any(), &DeleteParams::default())
+                .await;
+        }
+        return Ok(Cleanup::Waiting(format!(
+            "{} fetcher pod(s) of {name} to stop",
+            pods.items.len()
+        )));
+    }
+    let mirrors: Api<ClusterMirror> = Api::namespaced(ctx.client.clone(), &ns);
+    let mirror = mirrors
+        .get_opt(&mt.spec.mirror)
+        .await
+        .map_err(|source| Error::ReadMirror {
+            name: mt.spec.mirror.clone(),
+            source,
+        })?;
+    let Some(cm) = mirror else {
+        tracing::warn!(%name, "the ClusterMirror is gone; leaving its state topic records as they are");
+        return Ok(Cleanup::Done);
+    };
+    match ctx
+        .clusters
+        .get(&ctx.client, &ns, &cm.spec.destination, "destination")
+        .await
+    {
+        Ok((destination, _)) => {
+            let cache = ctx
+                .states
+                .get(destination.key, &destination.config, &cm.spec.state_topic)
+                .await
+                .map_err(Error::OpenState)?;
+            cache.wait_loaded(STATE_LOAD_WAIT).await;
+            let mirror = mt.mirror_key();
+            let topic = &mt.spec.source_topic;
+            let keys = forgotten(&mirror, topic, &cache.topic(&mirror, topic));
+            cache
+                .delete(keys)
+                .await
+                .map_err(Error::RemoveStateRecords)?;
+        }
+        Err(e) => tracing::warn!(%name, error = %e, "destination unavailable; state records stay"),
+    }
+    ctx.publish(
+        mt,
+        &Note::normal(
+            "Deleted",
+            "Cleanup",
+            format!("fetchers of {name} stopped; destination data kept"),
+        ),
+    )
+    .await;
+    Ok(Cleanup::Done)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kmirror_state::records::{PartitionStateRecord, PositionRecord};
+
+    #[test]
+    fn the_failover_record_of_stopped_partitions_stays() {
+        let with = |state: PartitionState| PartitionRecords {
+            state: Some(PartitionStateRecord {
+                state,
+                ..Default::default()
+            }),
+            position: Some(PositionRecord::default()),
+            ..Default::default()
+        };
+        let records = std::collections::BTreeMap::from([
+            (0, with(PartitionState::Stopped)),
+            (1, with(PartitionState::Mirroring)),
+        ]);
+        let keys = forgotten("ns/dr", "t", &records);
+        assert_eq!(
+            keys,
+            vec![
+                StateKey::new(RecordKind::State, "ns/dr", "t", 1),
+                StateKey::new(RecordKind::Position, "ns/dr", "t", 1),
+            ]
+        );
+    }
+}

@@ -1,0 +1,153 @@
+//! What a topic's reconcile tells people and Prometheus: one event per kind of transition (not
+//! per partition), partition counts per state, lag, transition counters.
+
+use std::collections::BTreeMap;
+
+use kmirror_crds::v1alpha1::{PartitionState, PartitionStatus};
+use kmirror_state::records::{PartitionRecords, PartitionStateRecord};
+
+use super::status::phase_word;
+use crate::context::Note;
+use crate::metrics::{Metrics, PartitionLabels, StateLabels};
+
+/// Events for persisted transitions: one per distinct (from, to, error), so that a 200-partition
+/// topic does not flood events. Pure.
+pub fn transition_notes(
+    before: &BTreeMap<i32, PartitionRecords>,
+    writes: &[(i32, PartitionStateRecord)],
+) -> Vec<Note> {
+    let mut grouped: BTreeMap<(PartitionState, PartitionState, Option<String>), Vec<i32>> =
+        BTreeMap::new();
+    for (p, r) in writes {
+        let from = before
+            .get(p)
+            .and_then(|x| x.state.as_ref())
+            .map_or(PartitionState::Unknown, |s| s.state);
+        grouped
+            .entry((from, r.state, r.error.clone()))
+            .or_default()
+            .push(*p);
+    }
+    grouped
+        .into_iter()
+        .map(|((from, to, error), parts)| {
+            let list = if parts.len() > 12 {
+                format!("{} partitions", parts.len())
+            } else {
+                format!(
+                    "partitions {}",
+                    parts
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join(",")
+                )
+            };
+            let mut text = format!("{list}: {from} -> {to}");
+            if let Some(e) = &error {
+                text.push_str(&format!(": {e}"));
+            }
+            let reason = format!("Partition{}", phase_word(to));
+            if to == PartitionState::Failed {
+                Note::warning(&reason, "Transition", text)
+            } else {
+                Note::normal(&reason, "Transition", text)
+            }
+        })
+        .collect()
+}
+
+/// Counts persisted transitions by target state.
+pub fn count_transitions(
+    metrics: &Metrics,
+    mirror: &str,
+    topic: &str,
+    writes: &[(i32, PartitionStateRecord)],
+) {
+    for (_, r) in writes {
+        metrics
+            .transitions
+            .get_or_create(&StateLabels {
+                mirror: mirror.into(),
+                topic: topic.into(),
+                state: r.state.as_str().into(),
+            })
+            .inc();
+    }
+}
+
+/// Sets the per-state partition counts and per-partition lag of a topic.
+pub fn record_partitions(
+    metrics: &Metrics,
+    mirror: &str,
+    topic: &str,
+    statuses: &[PartitionStatus],
+) {
+    for s in PartitionState::ALL {
+        let n = statuses.iter().filter(|p| p.state == s).count() as i64;
+        metrics
+            .partitions
+            .get_or_create(&StateLabels {
+                mirror: mirror.into(),
+                topic: topic.into(),
+                state: s.as_str().into(),
+            })
+            .set(n);
+    }
+    for p in statuses {
+        let labels = PartitionLabels {
+            mirror: mirror.into(),
+            topic: topic.into(),
+            partition: p.partition,
+        };
+        metrics.lag.get_or_create(&labels).set(p.lag.unwrap_or(0));
+        metrics
+            .lag_seconds
+            .get_or_create(&labels)
+            .set(p.lag_seconds.unwrap_or(0.0));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(s: PartitionState, error: Option<&str>) -> PartitionStateRecord {
+        PartitionStateRecord {
+            state: s,
+            error: error.map(Into::into),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn transitions_are_grouped_into_few_events() {
+        let before: BTreeMap<i32, PartitionRecords> = (0..20)
+            .map(|p| {
+                (
+                    p,
+                    PartitionRecords {
+                        state: Some(state(PartitionState::Mirroring, None)),
+                        ..Default::default()
+                    },
+                )
+            })
+            .collect();
+        let mut writes: Vec<(i32, PartitionStateRecord)> = (0..15)
+            .map(|p| (p, state(PartitionState::Stopping, None)))
+            .collect();
+        writes.push((15, state(PartitionState::Failed, Some("foreign write"))));
+        let notes = transition_notes(&before, &writes);
+        assert_eq!(notes.len(), 2);
+        assert_eq!(notes[0].text, "15 partitions: MIRRORING -> STOPPING");
+        assert_eq!(
+            (notes[0].reason.as_str(), notes[0].warning),
+            ("PartitionStopping", false)
+        );
+        assert_eq!(
+            notes[1].text,
+            "partitions 15: MIRRORING -> FAILED: foreign write"
+        );
+        assert!(notes[1].warning);
+    }
+}

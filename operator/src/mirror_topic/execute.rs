@@ -1,0 +1,130 @@
+//! Execute: carries out a [`Plan`] in its order — destination topic, failback steps, lifecycle
+//! transitions persisted to the state topic before anything acts on them, failovers finished,
+//! stale pods deleted and missing ones created — then writes the status.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kmirror_crds::v1alpha1::MirrorTopic;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+
+use super::events::{count_transitions, record_partitions};
+use super::plan::{Plan, TopicChange};
+use crate::context::{Context, FIELD_MANAGER};
+use crate::error::{Cause, Error, Result};
+use crate::pods::ANNOTATION_PARTITIONS;
+use crate::scope::MirrorScope;
+use crate::{failback, failover, kafka, topic_configs};
+
+/// Creates the destination topic with the source's (non-excluded) configs, or grows it.
+async fn change_destination_topic(
+    scope: &MirrorScope,
+    mt: &MirrorTopic,
+    change: TopicChange,
+) -> Result<(), Cause> {
+    let topic = mt.destination_topic();
+    let sync = &scope.mirror.spec.sync.topic_configs;
+    match change {
+        TopicChange::Create { partitions } => {
+            let configs = if sync.enabled {
+                let source_configs =
+                    kafka::topic_configs(&scope.source, &mt.spec.source_topic).await?;
+                topic_configs::wanted(&source_configs, &sync.exclude)
+            } else {
+                BTreeMap::new()
+            };
+            kafka::create_topic(&scope.destination, topic, partitions as i32, &configs).await?;
+            tracing::info!(topic, partitions, "created the destination topic");
+        }
+        TopicChange::Grow { from, to } => {
+            kafka::add_partitions(&scope.destination, topic, to).await?;
+            tracing::info!(topic, from, to, "grew the destination topic");
+        }
+    }
+    Ok(())
+}
+
+/// Carries out `plan` and writes the status; returns when to look again.
+pub async fn execute(
+    ctx: &Context,
+    scope: &MirrorScope,
+    mt: &MirrorTopic,
+    mut plan: Plan,
+) -> Result<Duration> {
+    let name = mt.name_any();
+    let topic = &mt.spec.source_topic;
+
+    if let Some(change) = plan.destination_topic {
+        change_destination_topic(scope, mt, change)
+            .await
+            .map_err(Error::EnsureDestinationTopic)?;
+    }
+
+    if !plan.failback.steps.is_empty() {
+        failback::execute(scope, mt, &plan.failback.steps)
+            .await
+            .map_err(Error::Failback)?;
+    }
+    for note in &plan.failback.events {
+        ctx.publish(mt, note).await;
+    }
+
+    // Transitions are durable before anything acts on them.
+    if !plan.transitions.is_empty() {
+        scope
+            .cache
+            .write_states(&scope.key, topic, plan.transitions.clone())
+            .await
+            .map_err(Error::PersistTransitions)?;
+        count_transitions(&ctx.metrics, &scope.key, topic, &plan.transitions);
+        for note in &plan.transition_events {
+            tracing::info!(topic = %name, "{}", note.text);
+            ctx.publish(mt, note).await;
+        }
+    }
+
+    if let Some(finish) = &plan.finish {
+        let written = failover::finish(ctx, scope, mt, finish)
+            .await
+            .map_err(Error::FinishFailover)?;
+        plan.finished(mt, &written, &Time(Timestamp::now()));
+    }
+
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &scope.namespace());
+    for pod in &plan.delete_pods {
+        tracing::info!(%name, %pod, "deleting fetcher pod");
+        match pods.delete(pod, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(source) => {
+                return Err(Error::DeletePod {
+                    pod: pod.clone(),
+                    source,
+                });
+            }
+        }
+    }
+    for pod in &plan.create_pods {
+        let pod_name = pod.name_any();
+        pods.patch(
+            &pod_name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(pod),
+        )
+        .await
+        .map_err(|source| Error::CreatePod {
+            pod: pod_name.clone(),
+            source,
+        })?;
+        let partitions = pod.annotations().get(ANNOTATION_PARTITIONS).cloned();
+        tracing::info!(%name, pod = %pod_name, partitions = ?partitions, "created fetcher pod");
+    }
+
+    record_partitions(&ctx.metrics, &scope.key, topic, &plan.report.partitions);
+    let wait = ctx.write_status(mt, plan.status).await?;
+    Ok(plan.requeue.max(wait))
+}

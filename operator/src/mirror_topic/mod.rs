@@ -1,0 +1,118 @@
+//! The `MirrorTopic` controller: destination topic, partition lifecycle, fetcher pods, status.
+//!
+//! One reconcile: validate the spec, resolve the mirror ([`MirrorScope`]), then
+//! [`observe`](observe::observe) (all reads) → [`plan`](plan::plan) (pure) →
+//! [`execute`](execute::execute) (writes: transitions first, then what acts on them, then the
+//! status).
+
+pub mod cleanup;
+pub mod events;
+pub mod execute;
+pub mod observe;
+pub mod plan;
+pub mod pod_view;
+pub mod status;
+
+#[cfg(test)]
+mod plan_tests;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kmirror_crds::v1alpha1::{ClusterMirror, MirrorTopic};
+use kube::ResourceExt;
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
+
+use crate::context::{Context, Note};
+use crate::error::Result;
+use crate::reconcile::Cleanup;
+use crate::scope::{MirrorScope, Resolved};
+use status::{Report, topic_status};
+
+/// Finalizer that stops fetchers and cleans the state topic before a `MirrorTopic` goes away.
+pub const FINALIZER: &str = "kmirror.io/mirror-topic";
+pub use observe::ANNOTATION_RETRY;
+
+/// How soon to look again while the state topic is still being read.
+const LOADING_REQUEUE: Duration = Duration::from_secs(2);
+
+/// Reconciles one `MirrorTopic` (entry point for the controller).
+pub async fn reconcile(mt: Arc<MirrorTopic>, ctx: Arc<Context>) -> Result<Action> {
+    crate::reconcile::with_finalizer(
+        &ctx,
+        "mirrortopic",
+        FINALIZER,
+        mt,
+        |o| apply(o, ctx.clone()),
+        |o| cleanup(o, ctx.clone()),
+    )
+    .await
+}
+
+async fn cleanup(mt: Arc<MirrorTopic>, ctx: Arc<Context>) -> Result<Cleanup> {
+    cleanup::cleanup(&mt, &ctx).await
+}
+
+/// Writes a status that only says why nothing can be done now.
+async fn report_problem(
+    ctx: &Context,
+    mt: &MirrorTopic,
+    reason: &str,
+    message: &str,
+) -> Result<()> {
+    let status = topic_status(
+        mt,
+        Report::problem(reason, message),
+        &Time(Timestamp::now()),
+    );
+    ctx.write_status(mt, status).await.map(|_| ())
+}
+
+async fn apply(mt: Arc<MirrorTopic>, ctx: Arc<Context>) -> Result<Action> {
+    // Validate.
+    let problems = kmirror_crds::validate::mirror_topic(&mt.spec);
+    if !problems.is_empty() {
+        let message = kmirror_crds::validate::describe(&problems);
+        ctx.publish(
+            mt.as_ref(),
+            &Note::warning("InvalidSpec", "Validate", message.clone()),
+        )
+        .await;
+        report_problem(&ctx, &mt, "InvalidSpec", &message).await?;
+        return Ok(Action::await_change());
+    }
+    // Dereference: the mirror, both clusters, the state topic.
+    let ns = mt.namespace().unwrap_or_default();
+    let scope = match MirrorScope::resolve(&ctx, &ns, &mt.spec.mirror).await? {
+        Resolved::Ready(scope) => scope,
+        Resolved::Loading => return Ok(Action::requeue(LOADING_REQUEUE)),
+        Resolved::Unavailable(u) => {
+            if let Some(note) = &u.event {
+                ctx.publish(mt.as_ref(), note).await;
+            }
+            report_problem(&ctx, &mt, u.reason, &u.message).await?;
+            return Ok(Action::requeue(u.requeue));
+        }
+    };
+    // Observe → plan → execute.
+    let observation = observe::observe(&ctx, &scope, &mt).await?;
+    let plan = plan::plan(
+        &observation,
+        &plan::Spec {
+            topic: &mt,
+            mirror: &scope.mirror,
+            fetcher_image: &ctx.settings.fetcher_image,
+            secrets_version: &scope.secrets_version,
+        },
+    );
+    let requeue = execute::execute(&ctx, &scope, &mt, plan).await?;
+    Ok(Action::requeue(requeue))
+}
+
+/// The `ClusterMirror` a `MirrorTopic` belongs to, as an object reference for watches.
+pub fn mirror_of(mt: &MirrorTopic) -> Option<ObjectRef<ClusterMirror>> {
+    Some(ObjectRef::new(&mt.spec.mirror).within(&mt.namespace()?))
+}

@@ -1,0 +1,219 @@
+//! Observe: everything a `MirrorTopic` reconcile decides from — its state records, the source and
+//! destination topics, its fetcher pods, the log ends a failover needs, the failback facts, the
+//! retry request and the time — read once into one [`Observation`].
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kmirror_crds::v1alpha1::{MirrorTopic, PartitionState};
+use kmirror_state::records::{PartitionRecords, now_ms};
+use kube::ResourceExt;
+use kube::api::{Api, ListParams};
+
+use super::pod_view::{PodView, fetcher_of};
+use crate::context::Context;
+use crate::error::{Error, KafkaError, Result};
+use crate::lifecycle::{FetcherObservation, SourceObservation, awaits_failback, needs_source_end};
+use crate::pods::{LABEL_MIRROR_TOPIC, label_value};
+use crate::scope::MirrorScope;
+use crate::{failback, kafka};
+
+/// Annotation whose change asks to retry partitions that failed for a non-retryable reason.
+pub const ANNOTATION_RETRY: &str = "kmirror.io/retry";
+
+/// How long describing the source topic may take before the source counts as unreachable.
+pub const SOURCE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The source topic as described.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SourceTopic {
+    /// It exists.
+    Described {
+        /// Its partitions.
+        partitions: usize,
+        /// Its topic ID (absent on sources without).
+        topic_id: Option<String>,
+    },
+    /// It does not exist.
+    Missing,
+    /// The source did not answer: why.
+    Unreachable(String),
+}
+
+/// The destination topic as described.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DestinationTopic {
+    /// Not described (the source topic was not).
+    NotRead,
+    /// It does not exist.
+    Missing,
+    /// It exists with this many partitions.
+    Present(usize),
+}
+
+/// Everything a reconcile of one `MirrorTopic` decides from.
+#[derive(Debug, Clone)]
+pub struct Observation {
+    /// The topic's records in the state topic, by partition.
+    pub records: BTreeMap<i32, PartitionRecords>,
+    /// The source topic.
+    pub source: SourceTopic,
+    /// The destination topic.
+    pub destination: DestinationTopic,
+    /// Fetcher pods by group index.
+    pub pods: BTreeMap<i32, PodView>,
+    /// Source log ends of partitions that may enter (or are in) STOPPING without a drain target
+    /// (`None`: the read failed).
+    pub source_ends: BTreeMap<i32, Option<i64>>,
+    /// Destination log ends of STOPPING partitions whose fetcher is gone (their last mirrored
+    /// offset).
+    pub destination_ends: BTreeMap<i32, Result<i64, KafkaError>>,
+    /// Failback facts of a reverse mirror's PREPARING partitions.
+    pub failback: failback::Observed,
+    /// The value of the retry annotation.
+    pub retry_token: Option<String>,
+    /// Now, ms since the epoch.
+    pub now_ms: i64,
+}
+
+impl Observation {
+    /// The source topic ID the fetchers recorded.
+    pub fn recorded_topic_id(&self) -> Option<&str> {
+        self.records.values().find_map(|r| {
+            r.position
+                .as_ref()
+                .and_then(|p| p.source_topic_id.as_deref())
+        })
+    }
+
+    /// The source topic for the lifecycle: a different topic ID than recorded is a recreated
+    /// topic.
+    pub fn source_observation(&self) -> SourceObservation {
+        match &self.source {
+            SourceTopic::Described { topic_id, .. } => {
+                let recreated = matches!((self.recorded_topic_id(), topic_id),
+                    (Some(a), Some(b)) if a != b);
+                if recreated {
+                    SourceObservation::Recreated
+                } else {
+                    SourceObservation::Present { end: None }
+                }
+            }
+            SourceTopic::Missing => SourceObservation::Deleted,
+            SourceTopic::Unreachable(_) => SourceObservation::Unreachable,
+        }
+    }
+
+    /// The source's partition count, when described.
+    pub fn source_partitions(&self) -> Option<usize> {
+        match &self.source {
+            SourceTopic::Described { partitions, .. } => Some(*partitions),
+            _ => None,
+        }
+    }
+
+    /// The partitions to reconcile: the source's, plus any the state topic knows (a deleted
+    /// source leaves them).
+    pub fn partitions(&self) -> BTreeSet<i32> {
+        let mut partitions: BTreeSet<i32> = self.records.keys().copied().collect();
+        if let Some(n) = self.source_partitions() {
+            partitions.extend(0..n as i32);
+        }
+        partitions
+    }
+
+    /// The lifecycle state recorded for a partition.
+    pub fn state_of(&self, partition: i32) -> PartitionState {
+        self.records
+            .get(&partition)
+            .and_then(|r| r.state.as_ref())
+            .map_or(PartitionState::Unknown, |s| s.state)
+    }
+}
+
+/// Reads everything a reconcile of `mt` decides from.
+pub async fn observe(ctx: &Context, scope: &MirrorScope, mt: &MirrorTopic) -> Result<Observation> {
+    let name = mt.name_any();
+    let topic = &mt.spec.source_topic;
+    let records = scope.cache.topic(&scope.key, topic);
+    let source = match kafka::describe_topic_within(&scope.source, topic, SOURCE_TIMEOUT).await {
+        Ok(Some(d)) => SourceTopic::Described {
+            partitions: d.partitions,
+            topic_id: d.topic_id,
+        },
+        Ok(None) => SourceTopic::Missing,
+        Err(e) => {
+            tracing::warn!(%name, error = %e, "source unreachable");
+            SourceTopic::Unreachable(e.to_string())
+        }
+    };
+    let destination = match source {
+        SourceTopic::Described { .. } => {
+            match kafka::describe_topic(&scope.destination, mt.destination_topic())
+                .await
+                .map_err(Error::DescribeDestination)?
+            {
+                Some(d) => DestinationTopic::Present(d.partitions),
+                None => DestinationTopic::Missing,
+            }
+        }
+        _ => DestinationTopic::NotRead,
+    };
+    let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &scope.namespace());
+    let pod_list = pods_api
+        .list(
+            &ListParams::default().labels(&format!("{LABEL_MIRROR_TOPIC}={}", label_value(&name))),
+        )
+        .await
+        .map_err(Error::ListPods)?;
+    let pods = pod_list
+        .items
+        .iter()
+        .map(|pod| (PodView::index_of(pod), PodView::of(pod)))
+        .collect();
+    let mut o = Observation {
+        records,
+        source,
+        destination,
+        pods,
+        source_ends: BTreeMap::new(),
+        destination_ends: BTreeMap::new(),
+        failback: Default::default(),
+        retry_token: mt.annotations().get(ANNOTATION_RETRY).cloned(),
+        now_ms: now_ms(),
+    };
+
+    // The log ends a failover needs: where a graceful drain ends, where a stopped fetcher ended.
+    let per_pod = scope.mirror.spec.fetcher.partitions_per_pod.max(1);
+    let source_obs = o.source_observation();
+    for p in o.partitions() {
+        let recorded = o.records.get(&p).and_then(|r| r.state.as_ref());
+        let fetcher = fetcher_of(&o.pods, p, per_pod);
+        if needs_source_end(recorded, mt.spec.state, &fetcher, source_obs) {
+            let end = kafka::watermarks(&scope.source, topic, p).await.ok();
+            o.source_ends.insert(p, end.map(|(_, end)| end));
+        }
+        if o.state_of(p) == PartitionState::Stopping && fetcher == FetcherObservation::Absent {
+            let end = kafka::watermarks(&scope.destination, mt.destination_topic(), p).await;
+            o.destination_ends.insert(p, end.map(|(_, end)| end));
+        }
+    }
+
+    // Failback: PREPARING partitions of a reverse mirror check the forward mirror's last
+    // mirrored offsets and the destination for divergence first.
+    if scope.forward_mirror().is_some() {
+        let waiting: Vec<(i32, PartitionRecords)> = o
+            .partitions()
+            .into_iter()
+            .filter(|p| awaits_failback(o.state_of(*p), mt.spec.state))
+            .map(|p| (p, o.records.get(&p).cloned().unwrap_or_default()))
+            .collect();
+        if !waiting.is_empty() {
+            o.failback = failback::observe(ctx, scope, mt, &waiting)
+                .await
+                .map_err(Error::ObserveFailback)?;
+        }
+    }
+    Ok(o)
+}

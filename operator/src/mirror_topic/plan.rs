@@ -1,0 +1,432 @@
+//! Plan: from one [`Observation`] and the spec, everything a reconcile of a `MirrorTopic` will
+//! do — the destination topic change, the failback steps, the lifecycle transitions (full
+//! records, epochs included), the failovers to finish, the pods to delete and create, the events,
+//! the status and when to look again. Pure: no I/O, no clock.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kmirror_crds::duration::parse_duration;
+use kmirror_crds::v1alpha1::{ClusterMirror, MirrorTopic, MirrorTopicStatus, PartitionState};
+use kmirror_state::records::{PartitionRecords, PartitionStateRecord};
+use kube::ResourceExt;
+
+use super::events::transition_notes;
+use super::observe::{DestinationTopic, Observation, SourceTopic};
+use super::pod_view::fetcher_of;
+use super::status::{Report, partition_status, topic_status};
+use crate::context::Note;
+use crate::error::KafkaError;
+use crate::failback::plan::{self as failback_plan, SourceIds};
+use crate::failover::{Finish, stopped_record};
+use crate::lifecycle::{Decision, Observed, SourceObservation, decide, settled_state};
+use crate::pods::{FetcherPod, fnv1a, group_of, groups, pod_name};
+
+/// What a plan is made for besides the observation: the topic, its mirror and how pods are
+/// built.
+#[derive(Clone, Copy)]
+pub struct Spec<'a> {
+    /// The `MirrorTopic`.
+    pub topic: &'a MirrorTopic,
+    /// Its `ClusterMirror`.
+    pub mirror: &'a ClusterMirror,
+    /// Image of fetcher pods when the mirror sets none.
+    pub fetcher_image: &'a str,
+    /// Hash of the referenced Secrets' versions.
+    pub secrets_version: &'a str,
+}
+
+/// A change to the destination topic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TopicChange {
+    /// Create it with the source's partitions (and configs).
+    Create {
+        /// Partitions.
+        partitions: usize,
+    },
+    /// Add partitions up to the source's count.
+    Grow {
+        /// Partitions now.
+        from: usize,
+        /// Partitions wanted.
+        to: usize,
+    },
+}
+
+/// Everything one reconcile does, in the order it is done.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// 1. Create or grow the destination topic.
+    pub destination_topic: Option<TopicChange>,
+    /// 2. Failback steps (a reverse mirror's PREPARING partitions), and their events.
+    pub failback: failback_plan::Plan,
+    /// 3. Lifecycle transitions to persist before anything acts on them.
+    pub transitions: Vec<(i32, PartitionStateRecord)>,
+    /// Events for the transitions.
+    pub transition_events: Vec<Note>,
+    /// 4. STOPPING partitions whose fetcher is gone: finish their failover.
+    pub finish: Option<Finish>,
+    /// 5. Fetcher pods to delete (by name), then to create.
+    pub delete_pods: Vec<String>,
+    /// Fetcher pods to create (only where no pod object of that name exists).
+    pub create_pods: Vec<Pod>,
+    /// 6. The status.
+    pub status: MirrorTopicStatus,
+    /// What the status is made of.
+    pub report: Report,
+    /// Each partition's lifecycle decision.
+    pub decisions: BTreeMap<i32, Decision>,
+    /// The records as they are once the plan is carried out.
+    pub records: BTreeMap<i32, PartitionRecords>,
+    /// Look again after this long.
+    pub requeue: Duration,
+}
+
+impl Plan {
+    /// Takes in the STOPPED records a failover finish actually wrote (they may carry a note the
+    /// plan could not know, e.g. a failed final group sync) and projects the status again.
+    pub fn finished(
+        &mut self,
+        mt: &MirrorTopic,
+        written: &[(i32, PartitionStateRecord)],
+        now: &Time,
+    ) {
+        let mut changed = false;
+        for (p, record) in written {
+            let r = self.records.entry(*p).or_default();
+            if r.state.as_ref() == Some(record) {
+                continue;
+            }
+            r.state = Some(record.clone());
+            changed = true;
+            if let Some(s) = self
+                .report
+                .partitions
+                .iter_mut()
+                .find(|s| s.partition == *p)
+            {
+                *s = partition_status(*p, r, s.fetcher_pod.clone());
+            }
+        }
+        if changed {
+            self.status = topic_status(mt, self.report.clone(), now);
+        }
+    }
+
+    /// The planned record of a partition.
+    pub fn state_of(&self, partition: i32) -> PartitionState {
+        self.records
+            .get(&partition)
+            .and_then(|r| r.state.as_ref())
+            .map_or(PartitionState::Unknown, |s| s.state)
+    }
+}
+
+/// A jitter factor in [0, 1), stable per partition and attempt.
+fn jitter(partition: i32, attempt: i32) -> f64 {
+    (fnv1a(format!("{partition}/{attempt}").as_bytes()) % 1000) as f64 / 1000.0
+}
+
+fn destination_change(o: &Observation, source: SourceObservation) -> Option<TopicChange> {
+    let n = o.source_partitions()?;
+    if source == SourceObservation::Recreated {
+        return None;
+    }
+    match o.destination {
+        DestinationTopic::Missing => Some(TopicChange::Create { partitions: n }),
+        DestinationTopic::Present(d) if d < n => Some(TopicChange::Grow { from: d, to: n }),
+        _ => None,
+    }
+}
+
+fn failback(
+    o: &Observation,
+    spec: &Spec<'_>,
+    partitions: &BTreeSet<i32>,
+    records: &mut BTreeMap<i32, PartitionRecords>,
+) -> failback_plan::Plan {
+    let mt = spec.topic;
+    let Some(forward) = spec.mirror.spec.reverse_of.as_deref() else {
+        return Default::default();
+    };
+    if o.failback.facts.is_empty() {
+        return Default::default();
+    }
+    let source = o
+        .failback
+        .source_cluster_id
+        .as_ref()
+        .and_then(|id| match &o.source {
+            SourceTopic::Described { topic_id, .. } => Some(SourceIds {
+                cluster_id: id.clone(),
+                topic_id: topic_id.clone(),
+            }),
+            SourceTopic::Missing => Some(SourceIds {
+                cluster_id: id.clone(),
+                topic_id: None,
+            }),
+            SourceTopic::Unreachable(_) => None,
+        });
+    let mirror = mt.mirror_key();
+    let input = failback_plan::Input {
+        mirror: &mirror,
+        forward,
+        state_topic: &spec.mirror.spec.state_topic,
+        topic: &mt.spec.source_topic,
+        destination_topic: mt.destination_topic(),
+        policy: mt.spec.divergence_policy,
+        partition_count: o.source_partitions().unwrap_or(partitions.len()),
+        source: source.as_ref(),
+        facts: &o.failback.facts,
+        now_ms: o.now_ms,
+    };
+    failback_plan::plan(&input, records)
+}
+
+/// The state record a transition persists.
+fn transition_record(
+    o: &Observation,
+    spec: &Spec<'_>,
+    partition: i32,
+    previous: PartitionStateRecord,
+    t: &crate::lifecycle::Transition,
+) -> PartitionStateRecord {
+    use PartitionState::*;
+    PartitionStateRecord {
+        state: t.to,
+        state_epoch: previous.state_epoch + 1,
+        retry_attempt: t.retry_attempt,
+        error: t.error.clone(),
+        last_mirrored_offset: previous.last_mirrored_offset,
+        // A graceful failover drains up to the source end seen when STOPPING began.
+        drain_target: if t.to == Stopping && previous.state != Stopping {
+            o.source_ends.get(&partition).copied().flatten()
+        } else if t.to == Stopping {
+            previous.drain_target
+        } else {
+            None
+        },
+        divergence: previous.divergence.clone(),
+        last_mirrored_destination_offset: previous.last_mirrored_destination_offset,
+        destination_topic: Some(spec.topic.destination_topic().to_string()),
+        source_cluster_id: previous.source_cluster_id.clone(),
+        retry_token: if previous.state == Failed && t.to == Preparing {
+            o.retry_token.clone().or(previous.retry_token.clone())
+        } else {
+            previous.retry_token.clone()
+        },
+        updated_at_ms: o.now_ms,
+    }
+}
+
+/// The plan of one reconcile.
+pub fn plan(o: &Observation, spec: &Spec<'_>) -> Plan {
+    let mt = spec.topic;
+    let cm = spec.mirror;
+    let name = mt.name_any();
+    let per_pod = cm.spec.fetcher.partitions_per_pod.max(1);
+    let source_state = o.source_observation();
+    let partitions = o.partitions();
+    let mut records = o.records.clone();
+
+    let destination_topic = destination_change(o, source_state);
+    let failback = failback(o, spec, &partitions, &mut records);
+
+    // Decisions.
+    let drain_timeout =
+        parse_duration(&mt.spec.failover.drain_timeout).unwrap_or(Duration::from_secs(300));
+    let mut decisions: BTreeMap<i32, Decision> = BTreeMap::new();
+    for &p in &partitions {
+        let r = records.get(&p);
+        let state = r.and_then(|r| r.state.as_ref());
+        let mut source = source_state;
+        if let (Some(s), SourceObservation::Present { .. }) = (state, source_state)
+            && s.state == PartitionState::Stopping
+        {
+            source = match s.drain_target.or(o.source_ends.get(&p).copied().flatten()) {
+                Some(end) => SourceObservation::Present { end: Some(end) },
+                None => SourceObservation::Unreachable,
+            };
+        }
+        let observed = Observed {
+            recorded: state,
+            desired: mt.spec.state,
+            mode: mt.spec.failover.mode,
+            drain_timeout,
+            fetcher: fetcher_of(&o.pods, p, per_pod),
+            position: r.and_then(|r| r.position.as_ref()),
+            source,
+            now_ms: o.now_ms,
+            retry_requested: o.retry_token.is_some()
+                && state.is_some_and(|s| s.retry_attempt < 0 && s.retry_token != o.retry_token),
+            jitter: jitter(p, state.map_or(0, |s| s.retry_attempt)),
+            failback: failback.gates.get(&p).cloned().unwrap_or_default(),
+        };
+        decisions.insert(p, decide(&observed));
+    }
+
+    // Transitions, persisted first.
+    let mut transitions = Vec::new();
+    for (p, d) in &decisions {
+        if let Some(t) = &d.transition {
+            let previous = records
+                .get(p)
+                .and_then(|r| r.state.clone())
+                .unwrap_or_default();
+            transitions.push((*p, transition_record(o, spec, *p, previous, t)));
+        }
+    }
+    let transition_events = transition_notes(&records, &transitions);
+    for (p, r) in &transitions {
+        records.entry(*p).or_default().state = Some(r.clone());
+    }
+
+    // STOPPING partitions whose fetcher is gone: last mirrored offset, final sync, WRITE ACLs,
+    // STOPPED.
+    let finishing: Vec<i32> = decisions
+        .iter()
+        .filter(|(_, d)| d.finish_stop)
+        .map(|(p, _)| *p)
+        .collect();
+    let finish = (!finishing.is_empty()).then(|| {
+        let all_stopped = records.iter().all(|(p, r)| {
+            finishing.contains(p)
+                || r.state
+                    .as_ref()
+                    .is_some_and(|s| s.state == PartitionState::Stopped)
+        });
+        let stopped: Vec<(i32, Result<PartitionStateRecord, KafkaError>)> = finishing
+            .iter()
+            .map(|p| {
+                let r = records.get(p).cloned().unwrap_or_default();
+                let stopped = match o.destination_ends.get(p) {
+                    Some(Ok(end)) => Ok(stopped_record(&r, *end, mt.destination_topic(), o.now_ms)),
+                    Some(Err(e)) => Err(e.clone()),
+                    None => Err(KafkaError {
+                        cluster: "destination",
+                        message: format!(
+                            "the log end of {}[{p}] was not read",
+                            mt.destination_topic()
+                        ),
+                    }),
+                };
+                (*p, stopped)
+            })
+            .collect();
+        Finish {
+            stopped,
+            make_writable: all_stopped && cm.spec.sync.acls.enabled,
+            source_reachable: source_state != SourceObservation::Unreachable,
+        }
+    });
+    if let Some(f) = &finish {
+        for (p, r) in &f.stopped {
+            if let Ok(r) = r {
+                records.entry(*p).or_default().state = Some(r.clone());
+            }
+        }
+    }
+
+    // Fetcher pods: stale ones go first; a replacement only once the old pod object is gone.
+    let fetcher_pod = |index: i32, parts: &[i32]| {
+        FetcherPod {
+            topic: mt,
+            mirror: cm,
+            index,
+            partitions: parts,
+            default_image: spec.fetcher_image,
+            secrets_version: spec.secrets_version,
+        }
+        .build()
+    };
+    let wanted: Vec<i32> = decisions
+        .iter()
+        .filter(|(_, d)| d.run_fetcher)
+        .map(|(p, _)| *p)
+        .collect();
+    let wanted_groups = groups(&wanted, per_pod);
+    let remove: BTreeSet<i32> = decisions
+        .iter()
+        .filter(|(_, d)| d.remove_exited_pod)
+        .map(|(p, _)| group_of(*p, per_pod))
+        .collect();
+    let mut delete_pods = Vec::new();
+    for (index, pod) in &o.pods {
+        if pod.terminating {
+            continue;
+        }
+        let stale = match wanted_groups.get(index) {
+            None => true,
+            Some(parts) => {
+                let hash = FetcherPod {
+                    topic: mt,
+                    mirror: cm,
+                    index: *index,
+                    partitions: parts,
+                    default_image: spec.fetcher_image,
+                    secrets_version: spec.secrets_version,
+                }
+                .spec_hash();
+                remove.contains(index) || pod.exited.is_some() || pod.hash != hash
+            }
+        };
+        if stale {
+            delete_pods.push(pod.name.clone());
+        }
+    }
+    let create_pods: Vec<Pod> = wanted_groups
+        .iter()
+        .filter(|(index, _)| !o.pods.contains_key(index))
+        .map(|(index, parts)| fetcher_pod(*index, parts))
+        .collect();
+
+    // Status and the next look.
+    let settled = settled_state(mt.spec.state);
+    let mut report = Report::default();
+    let mut requeue = Duration::from_secs(30);
+    for &p in &partitions {
+        let d = &decisions[&p];
+        let r = records.get(&p).cloned().unwrap_or_default();
+        let pod = d.run_fetcher.then(|| pod_name(&name, group_of(p, per_pod)));
+        let status = partition_status(p, &r, pod);
+        if let Some(n) = &d.note {
+            report.notes.push(format!("partition {p}: {n}"));
+        }
+        if let Some(after) = d.requeue_after {
+            requeue = requeue.min(after);
+        }
+        if d.transition.is_some() || d.finish_stop {
+            requeue = Duration::ZERO;
+        }
+        if status.state != settled || status.state == PartitionState::Mirroring {
+            requeue = requeue.min(Duration::from_secs(5));
+        }
+        report.partitions.push(status);
+    }
+    report.problem = match &o.source {
+        SourceTopic::Unreachable(e) => Some(("SourceUnreachable".to_string(), e.clone())),
+        SourceTopic::Missing if partitions.is_empty() => Some((
+            "SourceTopicNotFound".to_string(),
+            format!("source topic {} does not exist", mt.spec.source_topic),
+        )),
+        _ => None,
+    };
+    let now = Time(Timestamp::from_millisecond(o.now_ms).unwrap_or_default());
+    Plan {
+        destination_topic,
+        failback,
+        transitions,
+        transition_events,
+        finish,
+        delete_pods,
+        create_pods,
+        status: topic_status(mt, report.clone(), &now),
+        report,
+        decisions,
+        records,
+        requeue,
+    }
+}

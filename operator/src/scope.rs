@@ -1,0 +1,181 @@
+//! One mirror as a reconcile uses it: the `ClusterMirror`, its key, both clusters connected, its
+//! state topic in memory and the version of its Secrets — resolved once per reconcile and passed
+//! to the lifecycle, the metadata sync, failover and failback.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kmirror_crds::v1alpha1::ClusterMirror;
+use kube::ResourceExt;
+use kube::api::Api;
+
+use crate::clusters::Cluster;
+use crate::context::{Context, Note};
+use crate::error::{Cause, Error, Result};
+use crate::state_cache::StateCache;
+
+/// How long a reconcile waits for a state topic's first full read.
+pub const STATE_LOAD_WAIT: Duration = Duration::from_secs(20);
+
+/// A mirror with everything resolved.
+pub struct MirrorScope {
+    /// The `ClusterMirror`.
+    pub mirror: ClusterMirror,
+    /// `namespace/name` of the mirror: the key of its state records.
+    pub key: String,
+    /// The source cluster.
+    pub source: Arc<Cluster>,
+    /// The destination cluster.
+    pub destination: Arc<Cluster>,
+    /// The mirror's state topic (on the destination), in memory.
+    pub cache: Arc<StateCache>,
+    /// Hash of the referenced Secrets' versions (a change replaces fetcher pods).
+    pub secrets_version: String,
+}
+
+/// Why a mirror cannot be used by a topic now, for the topic's status.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Unavailable {
+    /// Condition reason.
+    pub reason: &'static str,
+    /// Condition message.
+    pub message: String,
+    /// Look again after this long.
+    pub requeue: Duration,
+    /// An event to publish about the topic.
+    pub event: Option<Note>,
+}
+
+/// The outcome of resolving a mirror for a topic.
+pub enum Resolved {
+    /// Ready to use.
+    Ready(Box<MirrorScope>),
+    /// Not usable; the topic says why.
+    Unavailable(Unavailable),
+    /// The state topic is still being read: nothing may be decided yet.
+    Loading,
+}
+
+/// `namespace/name` of a mirror.
+pub fn key_of(mirror: &ClusterMirror) -> String {
+    format!(
+        "{}/{}",
+        mirror.namespace().unwrap_or_default(),
+        mirror.name_any()
+    )
+}
+
+impl MirrorScope {
+    /// The scope of a mirror whose clusters are connected: opens its state topic.
+    pub async fn open(
+        ctx: &Context,
+        mirror: ClusterMirror,
+        source: Arc<Cluster>,
+        destination: Arc<Cluster>,
+        secrets_version: String,
+    ) -> Result<MirrorScope, crate::error::StateError> {
+        let cache = ctx
+            .states
+            .get(
+                destination.key,
+                &destination.config,
+                &mirror.spec.state_topic,
+            )
+            .await?;
+        Ok(MirrorScope {
+            key: key_of(&mirror),
+            mirror,
+            source,
+            destination,
+            cache,
+            secrets_version,
+        })
+    }
+
+    /// Resolves the mirror `name` in `namespace` for one of its topics.
+    pub async fn resolve(ctx: &Context, namespace: &str, name: &str) -> Result<Resolved> {
+        let mirrors: Api<ClusterMirror> = Api::namespaced(ctx.client.clone(), namespace);
+        let mirror = mirrors
+            .get_opt(name)
+            .await
+            .map_err(|source| Error::ReadMirror {
+                name: name.to_string(),
+                source,
+            })?;
+        let Some(mirror) = mirror else {
+            return Ok(Resolved::Unavailable(Unavailable {
+                reason: "MirrorNotFound",
+                message: format!("ClusterMirror {name:?} does not exist in namespace {namespace}"),
+                requeue: Duration::from_secs(30),
+                event: None,
+            }));
+        };
+        let problems = kmirror_crds::validate::cluster_mirror(&mirror.spec);
+        if !problems.is_empty() {
+            return Ok(Resolved::Unavailable(Unavailable {
+                reason: "InvalidMirror",
+                message: format!(
+                    "ClusterMirror {} is invalid: {}",
+                    mirror.name_any(),
+                    kmirror_crds::validate::describe(&problems)
+                ),
+                requeue: Duration::from_secs(60),
+                event: None,
+            }));
+        }
+        let mut clusters = Vec::new();
+        for (side, conn) in [
+            ("source", &mirror.spec.source),
+            ("destination", &mirror.spec.destination),
+        ] {
+            match ctx.clusters.get(&ctx.client, namespace, conn, side).await {
+                Ok(c) => clusters.push(c),
+                Err(Cause::MissingSecret(e)) => {
+                    let message = e.to_string();
+                    return Ok(Resolved::Unavailable(Unavailable {
+                        reason: "SecretMissing",
+                        event: Some(Note::warning("SecretMissing", "Connect", message.clone())),
+                        message,
+                        requeue: Duration::from_secs(30),
+                    }));
+                }
+                Err(source) => return Err(Error::Connect { side, source }),
+            }
+        }
+        let (destination, dest_version) = clusters.pop().expect("two clusters");
+        let (source, source_version) = clusters.pop().expect("two clusters");
+        let scope = match MirrorScope::open(
+            ctx,
+            mirror,
+            source,
+            destination,
+            format!("{source_version}/{dest_version}"),
+        )
+        .await
+        {
+            Ok(s) => s,
+            Err(e) => {
+                return Ok(Resolved::Unavailable(Unavailable {
+                    reason: "DestinationUnreachable",
+                    message: format!("destination unavailable: {e}"),
+                    requeue: Duration::from_secs(15),
+                    event: None,
+                }));
+            }
+        };
+        if !scope.cache.wait_loaded(STATE_LOAD_WAIT).await {
+            return Ok(Resolved::Loading);
+        }
+        Ok(Resolved::Ready(Box::new(scope)))
+    }
+
+    /// The mirror's namespace.
+    pub fn namespace(&self) -> String {
+        self.mirror.namespace().unwrap_or_default()
+    }
+
+    /// Whether this mirror copies a failed-over topic back (`spec.reverseOf`).
+    pub fn forward_mirror(&self) -> Option<&str> {
+        self.mirror.spec.reverse_of.as_deref()
+    }
+}
