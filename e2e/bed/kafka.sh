@@ -431,6 +431,12 @@ admin.enableServer=false
 EOF
     kafka_compat28_props >"$KAFKA_DIR/compat28/server.properties"
     if ! is_running zookeeper; then
+      # ZooKeeper restores sessions from its snapshot and keeps their ephemeral nodes until they
+      # time out, so a broker started right after a restart finds its own old /brokers/ids/0 and
+      # exits. The 2.8 source only holds topics the tests create per run: start both empty.
+      is_running kafka-compat28 && stop_pid kafka-compat28 30
+      rm -rf "$KAFKA_DIR/zookeeper/data" "$KAFKA_DIR/compat28/data"
+      mkdir -p "$KAFKA_DIR/zookeeper/data" "$KAFKA_DIR/compat28/data"
       start_bg zookeeper "$KM_RUN/bin/kafka-java" "$KAFKA_COMPAT28_VERSION" 256m \
         org.apache.zookeeper.server.quorum.QuorumPeerMain "$KAFKA_DIR/zookeeper/zk.properties"
     fi
