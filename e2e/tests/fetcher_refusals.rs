@@ -385,7 +385,7 @@ async fn a_multi_partition_fetcher_keeps_every_partition_when_one_skips_lost_rec
             "--consumer-property",
             "queued.max.messages.kbytes=64",
             "--consumer-property",
-            "fetch.max.bytes=60000",
+            "fetch.max.bytes=1048576",
             "--consumer-property",
             "max.partition.fetch.bytes=20000",
             "--http-addr",

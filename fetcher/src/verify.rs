@@ -76,6 +76,8 @@ impl Report {
 /// Reads one partition sequentially up to an end offset.
 struct Reader {
     consumer: BaseConsumer<QuietEof>,
+    /// Where reading starts.
+    start: i64,
     end: i64,
     next: Option<RecordData>,
     done: bool,
@@ -83,10 +85,12 @@ struct Reader {
 }
 
 impl Reader {
+    /// A reader from the partition's log start, or from `from` when that is later.
     fn open(
         side: &Side,
         partition: i32,
         isolation: Isolation,
+        from: Option<i64>,
         timeout: Duration,
     ) -> Result<Reader, KafkaError> {
         let consumer: BaseConsumer<QuietEof> = side
@@ -100,11 +104,13 @@ impl Reader {
             .set("auto.offset.reset", "earliest")
             .create_with_context(QuietEof)?;
         let (low, high) = consumer.fetch_watermarks(&side.topic, partition, timeout)?;
+        let low = low.max(from.unwrap_or(low)).min(high);
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition_offset(&side.topic, partition, Offset::Offset(low))?;
         consumer.assign(&tpl)?;
         Ok(Reader {
             consumer,
+            start: low,
             end: high,
             next: None,
             done: high <= low,
@@ -174,7 +180,8 @@ pub fn compare(source: &RecordData, copy: &RecordData) -> Option<&'static str> {
 }
 
 /// Compares `partition` of `source` with the destination through `map`, from the source log
-/// start to the source log end observed when the run starts.
+/// start to the source log end observed when the run starts (the destination from the copy of
+/// the source's first record on).
 pub fn verify_partition(
     source: &Side,
     destination: &Side,
@@ -183,8 +190,17 @@ pub fn verify_partition(
     isolation: Isolation,
     timeout: Duration,
 ) -> Result<Report, KafkaError> {
-    let mut src = Reader::open(source, partition, isolation, timeout)?;
-    let mut dst = Reader::open(destination, partition, Isolation::ReadUncommitted, timeout)?;
+    let mut src = Reader::open(source, partition, isolation, None, timeout)?;
+    // Destination records before the copy of the source's first record are copies of records
+    // the source no longer holds (retention): nothing to compare them with.
+    let dst_from = map.src_to_dst(src.start);
+    let mut dst = Reader::open(
+        destination,
+        partition,
+        Isolation::ReadUncommitted,
+        Some(dst_from),
+        timeout,
+    )?;
     let mut report = Report {
         partition,
         offsets_identical: true,
