@@ -157,10 +157,41 @@ impl Drop for FetcherProcess {
     }
 }
 
+/// Arguments for the fetcher's source side: the replicated source over PLAINTEXT.
+pub fn r_source_args(bed: &Testbed) -> Vec<String> {
+    vec![
+        "--source-bootstrap".into(),
+        bed.var("KMIRROR_R_SOURCE_BOOTSTRAP").into(),
+    ]
+}
+
+/// Arguments for the fetcher's destination side: the replicated destination as the mirror user.
+pub fn r_destination_args(bed: &Testbed) -> Vec<String> {
+    let mut a = destination_args(bed);
+    a[1] = bed.var("KMIRROR_R_DEST_BOOTSTRAP").to_string();
+    a
+}
+
 /// The state recorded for a partition of a mirror.
 pub fn recorded(bed: &Testbed, mirror: &str, topic: &str, partition: i32) -> PartitionRecords {
-    let units = store::load(
+    recorded_on(
         &bed.dest_config(crate::kafka::DestUser::Admin),
+        mirror,
+        topic,
+        partition,
+    )
+}
+
+/// The state recorded for a partition of a mirror in the state topic of the destination
+/// `destination` (e.g. the replicated one).
+pub fn recorded_on(
+    destination: &ClientConfig,
+    mirror: &str,
+    topic: &str,
+    partition: i32,
+) -> PartitionRecords {
+    let units = store::load(
+        destination,
         kmirror_crds::v1alpha1::DEFAULT_STATE_TOPIC,
         |k| k.mirror == mirror && k.topic == topic && k.partition == partition,
         Duration::from_secs(60),
@@ -209,11 +240,44 @@ pub fn verify(
 
 /// Ensures the state topic exists on the destination.
 pub fn ensure_state_topic(bed: &Testbed) {
-    store::ensure_state_topic(
-        &bed.dest_config(crate::kafka::DestUser::Admin),
-        kmirror_crds::v1alpha1::DEFAULT_STATE_TOPIC,
-    )
-    .expect("state topic");
+    ensure_state_topic_on(&bed.dest_config(crate::kafka::DestUser::Admin));
+}
+
+/// Ensures the state topic exists on the destination `destination` (e.g. the replicated one).
+pub fn ensure_state_topic_on(destination: &ClientConfig) {
+    store::ensure_state_topic(destination, kmirror_crds::v1alpha1::DEFAULT_STATE_TOPIC)
+        .expect("state topic");
+}
+
+/// A free loopback address for a fetcher's HTTP endpoints.
+pub fn free_http_addr() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+    listener.local_addr().expect("local address").to_string()
+}
+
+/// The Prometheus text of `GET http://ADDR/metrics` (empty when nothing answers).
+pub fn scrape(addr: &str) -> String {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(addr) else {
+        return String::new();
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+    let request = format!("GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    if s.write_all(request.as_bytes()).is_err() {
+        return String::new();
+    }
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
+}
+
+/// The value of the series `name{labels}` in a Prometheus text (labels as printed, e.g.
+/// `mirror="e2e/t",topic="t",partition="0"`).
+pub fn metric(text: &str, name: &str, labels: &str) -> Option<f64> {
+    let prefix = format!("{name}{{{labels}}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|v| v.trim().parse().ok())
 }
 
 /// Waits until `done()` holds, polling; panics with `what` after `timeout`.

@@ -10,7 +10,9 @@ pub enum Isolation {
     /// Committed records only, up to the last stable offset.
     #[default]
     ReadCommitted,
-    /// Every record.
+    /// Every record, those of aborted and still open transactions included: on the destination
+    /// they become ordinary records that every consumer reads. Only with an explicit
+    /// acknowledgement (`--allow-uncommitted`).
     ReadUncommitted,
 }
 
@@ -27,7 +29,7 @@ impl Isolation {
 /// What to do when the source deleted records (retention) before they were mirrored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum TruncationPolicy {
-    /// Stop with a `SourceTruncated` reason (default): nothing is skipped silently.
+    /// Stop with the `DataLoss` reason (default): nothing is skipped silently.
     #[default]
     Fail,
     /// Record the hole in the offset map, report how many records were lost, and go on.

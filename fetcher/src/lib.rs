@@ -10,6 +10,7 @@ pub mod cursor;
 pub mod http;
 pub mod metrics;
 pub mod replicator;
+pub mod termination;
 pub mod throttle;
 pub mod verify;
 

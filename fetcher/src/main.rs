@@ -1,8 +1,11 @@
 //! `kmirror-fetcher`: mirrors partitions of one source topic to a destination topic.
 //!
-//! Exit codes: 0 clean stop (SIGTERM), 1 retryable error, 10 foreign write on the destination,
-//! 11 source topic recreated, 12 source cluster changed, 13 source topic deleted, 14 source
-//! truncated before mirroring, 15 destination not empty without state, 2 bad arguments.
+//! Exit codes: 0 clean stop (SIGTERM), 1 retryable error, 2 bad arguments, 10 foreign write on
+//! the destination, 11 source topic recreated, 12 source cluster changed, 13 source topic
+//! deleted, 14 data loss (the source deleted records before they were mirrored), 15 destination
+//! not empty without state, 16 destination truncated (it lost confirmed records; retried), 17
+//! source diverged, 18 record refused by the destination. A stop for a reason also leaves a
+//! one-line termination message (see `termination`).
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -49,13 +52,17 @@ struct Args {
     /// Byte-rate limit over all partitions of this process.
     #[arg(long, env = "KMIRROR_THROTTLE_BYTES_PER_SECOND")]
     throttle_bytes_per_second: Option<u64>,
-    /// `read_committed` or `read_uncommitted`.
+    /// `read_committed` or `read_uncommitted` (needs `--allow-uncommitted`).
     #[arg(
         long,
         env = "KMIRROR_ISOLATION_LEVEL",
         default_value = "read_committed"
     )]
     isolation_level: String,
+    /// Accept that `read_uncommitted` copies the records of aborted and open transactions as
+    /// ordinary records, which every consumer of the destination then reads.
+    #[arg(long, env = "KMIRROR_ALLOW_UNCOMMITTED")]
+    allow_uncommitted: bool,
     /// Most placeholder records for prefix alignment.
     #[arg(
         long,
@@ -116,7 +123,12 @@ fn config(args: &Args) -> anyhow::Result<FetcherConfig> {
     c.throttle_bytes_per_second = args.throttle_bytes_per_second;
     c.isolation = match args.isolation_level.as_str() {
         "read_committed" => Isolation::ReadCommitted,
-        "read_uncommitted" => Isolation::ReadUncommitted,
+        "read_uncommitted" if args.allow_uncommitted => Isolation::ReadUncommitted,
+        "read_uncommitted" => bail!(
+            "--isolation-level read_uncommitted copies the records of aborted and open \
+             transactions as ordinary records, which every consumer of the destination then \
+             reads as committed; pass --allow-uncommitted to accept that"
+        ),
         other => {
             bail!("--isolation-level must be read_committed or read_uncommitted, not {other:?}")
         }
@@ -145,6 +157,7 @@ fn main() {
         Ok(c) => c,
         Err(e) => {
             tracing::error!("invalid arguments: {e:#}");
+            kmirror_fetcher::termination::write(&format!("invalid arguments: {e:#}"));
             std::process::exit(2);
         }
     };
@@ -166,6 +179,7 @@ fn main() {
             Ok(a) => a,
             Err(e) => {
                 tracing::error!("{e:#}");
+                kmirror_fetcher::termination::write(&format!("invalid arguments: {e:#}"));
                 std::process::exit(2);
             }
         };
@@ -188,8 +202,51 @@ fn main() {
         shutdown.store(true, Ordering::Relaxed);
     });
     let outcome = kmirror_fetcher::run(&config, &handles);
+    if let Some(summary) = outcome.summary() {
+        kmirror_fetcher::termination::write(&summary);
+    }
     let code = outcome.exit_code();
     tracing::info!(code, "exiting");
     runtime.shutdown_timeout(Duration::from_millis(200));
     std::process::exit(code);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(extra: &[&str]) -> anyhow::Result<FetcherConfig> {
+        let mut argv = vec![
+            "kmirror-fetcher",
+            "--mirror",
+            "ns/m",
+            "--source-topic",
+            "orders",
+            "--partitions",
+            "0",
+            "--source-bootstrap",
+            "src:9092",
+            "--destination-bootstrap",
+            "dst:9092",
+        ];
+        argv.extend_from_slice(extra);
+        config(&Args::try_parse_from(argv)?)
+    }
+
+    #[test]
+    fn read_uncommitted_needs_its_acknowledgement() {
+        assert_eq!(parse(&[]).unwrap().isolation, Isolation::ReadCommitted);
+        let refused = parse(&["--isolation-level", "read_uncommitted"]).unwrap_err();
+        let message = format!("{refused:#}");
+        assert!(message.contains("--allow-uncommitted"), "{message}");
+        assert!(message.contains("aborted"), "{message}");
+        let accepted = parse(&[
+            "--isolation-level",
+            "read_uncommitted",
+            "--allow-uncommitted",
+        ])
+        .unwrap();
+        assert_eq!(accepted.isolation, Isolation::ReadUncommitted);
+        assert!(parse(&["--isolation-level", "dirty"]).is_err());
+    }
 }

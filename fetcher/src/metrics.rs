@@ -52,6 +52,9 @@ pub struct FetcherMetrics {
     pub state: Family<StateLabels, Gauge>,
     /// Gaps recorded in the offset map.
     pub gaps: Family<PartitionLabels, Counter>,
+    /// Source records deleted (retention, DeleteRecords) before they were mirrored and skipped
+    /// by policy (`kmirror_fetcher_data_loss_records_total`).
+    pub data_loss_records: Family<PartitionLabels, Counter>,
 }
 
 impl Default for FetcherMetrics {
@@ -72,6 +75,7 @@ impl FetcherMetrics {
         let last_mirrored_offset = Family::<PartitionLabels, Gauge>::default();
         let state = Family::<StateLabels, Gauge>::default();
         let gaps = Family::<PartitionLabels, Counter>::default();
+        let data_loss_records = Family::<PartitionLabels, Counter>::default();
         registry.register(
             "records",
             "Records copied to the destination",
@@ -112,6 +116,11 @@ impl FetcherMetrics {
             "Source offset gaps recorded in the offset map",
             gaps.clone(),
         );
+        registry.register(
+            "data_loss_records",
+            "Source records deleted before they were mirrored (skipped by policy)",
+            data_loss_records.clone(),
+        );
         FetcherMetrics {
             registry,
             records,
@@ -122,6 +131,7 @@ impl FetcherMetrics {
             last_mirrored_offset,
             state,
             gaps,
+            data_loss_records,
         }
     }
 
@@ -144,5 +154,28 @@ impl FetcherMetrics {
         prometheus_client::encoding::text::encode(&mut out, &self.registry)
             .expect("writing to a String cannot fail");
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_data_loss_counter_has_the_name_and_labels_the_alerts_read() {
+        let m = FetcherMetrics::new();
+        let labels = PartitionLabels {
+            mirror: "ns/m".into(),
+            topic: "orders".into(),
+            partition: 2,
+        };
+        m.data_loss_records.get_or_create(&labels).inc_by(50);
+        let text = m.encode();
+        assert!(
+            text.contains(
+                r#"kmirror_fetcher_data_loss_records_total{mirror="ns/m",topic="orders",partition="2"} 50"#
+            ),
+            "{text}"
+        );
     }
 }

@@ -1,5 +1,7 @@
 //! The verifier: compares a source partition with its destination partition record by record
-//! through the offset map and reports what is missing, different or extra.
+//! through the offset map and reports what is missing, different or extra — content (key,
+//! value, headers, timestamp) and the timestamp type, which a destination topic with
+//! `message.timestamp.type=LogAppendTime` replaces.
 
 use std::time::{Duration, Instant};
 
@@ -9,7 +11,7 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use serde::Serialize;
 
 use crate::config::Isolation;
-use kmirror_state::kafka_record::RecordData;
+use kmirror_state::kafka_record::{RecordData, TimestampKind};
 use kmirror_state::offset_map::OffsetMap;
 use kmirror_state::quiet::QuietEof;
 
@@ -37,8 +39,10 @@ pub struct Report {
     pub matched: u64,
     /// Source records absent from the destination.
     pub missing: u64,
-    /// Source records whose destination copy differs.
+    /// Source records whose destination copy differs (content or timestamp type).
     pub different: u64,
+    /// Of those, copies whose timestamp the destination replaced (LogAppendTime).
+    pub timestamp_type_differs: u64,
     /// Destination records no source record maps to (duplicates, foreign writes).
     pub extra: u64,
     /// Destination records after the copy of the last source record seen: newer records while
@@ -56,6 +60,12 @@ impl Report {
         self.missing == 0 && self.different == 0 && self.extra == 0
     }
 
+    /// Clean, and no copies after the last source record either (duplicates, when the source is
+    /// not being written).
+    pub fn is_exact(&self) -> bool {
+        self.is_clean() && self.trailing == 0
+    }
+
     fn note(&mut self, src: i64, dst: i64, what: &str) {
         if self.examples.len() < MAX_LISTED {
             self.examples.push((src, dst, what.to_string()));
@@ -66,6 +76,8 @@ impl Report {
 /// Reads one partition sequentially up to an end offset.
 struct Reader {
     consumer: BaseConsumer<QuietEof>,
+    /// Where reading starts.
+    start: i64,
     end: i64,
     next: Option<RecordData>,
     done: bool,
@@ -73,10 +85,12 @@ struct Reader {
 }
 
 impl Reader {
+    /// A reader from the partition's log start, or from `from` when that is later.
     fn open(
         side: &Side,
         partition: i32,
         isolation: Isolation,
+        from: Option<i64>,
         timeout: Duration,
     ) -> Result<Reader, KafkaError> {
         let consumer: BaseConsumer<QuietEof> = side
@@ -90,11 +104,13 @@ impl Reader {
             .set("auto.offset.reset", "earliest")
             .create_with_context(QuietEof)?;
         let (low, high) = consumer.fetch_watermarks(&side.topic, partition, timeout)?;
+        let low = low.max(from.unwrap_or(low)).min(high);
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition_offset(&side.topic, partition, Offset::Offset(low))?;
         consumer.assign(&tpl)?;
         Ok(Reader {
             consumer,
+            start: low,
             end: high,
             next: None,
             done: high <= low,
@@ -147,8 +163,25 @@ impl Reader {
     }
 }
 
+/// How a destination copy differs from its source record, if it does.
+pub fn compare(source: &RecordData, copy: &RecordData) -> Option<&'static str> {
+    let replaced = copy.timestamp_kind == Some(TimestampKind::LogAppendTime)
+        && source.timestamp_kind != Some(TimestampKind::LogAppendTime);
+    if replaced {
+        return Some(
+            "timestamp type differs: the destination topic stamps LogAppendTime \
+             (message.timestamp.type), replacing the source's timestamp",
+        );
+    }
+    if !copy.same_content(source) {
+        return Some("content differs");
+    }
+    None
+}
+
 /// Compares `partition` of `source` with the destination through `map`, from the source log
-/// start to the source log end observed when the run starts.
+/// start to the source log end observed when the run starts (the destination from the copy of
+/// the source's first record on).
 pub fn verify_partition(
     source: &Side,
     destination: &Side,
@@ -157,8 +190,17 @@ pub fn verify_partition(
     isolation: Isolation,
     timeout: Duration,
 ) -> Result<Report, KafkaError> {
-    let mut src = Reader::open(source, partition, isolation, timeout)?;
-    let mut dst = Reader::open(destination, partition, Isolation::ReadUncommitted, timeout)?;
+    let mut src = Reader::open(source, partition, isolation, None, timeout)?;
+    // Destination records before the copy of the source's first record are copies of records
+    // the source no longer holds (retention): nothing to compare them with.
+    let dst_from = map.src_to_dst(src.start);
+    let mut dst = Reader::open(
+        destination,
+        partition,
+        Isolation::ReadUncommitted,
+        Some(dst_from),
+        timeout,
+    )?;
     let mut report = Report {
         partition,
         offsets_identical: true,
@@ -186,14 +228,20 @@ pub fn verify_partition(
         }
         match dst.peek()? {
             Some(d) if d.offset == expected => {
-                if d.same_content(&s) {
-                    report.matched += 1;
-                    if d.offset != s.offset {
-                        report.offsets_identical = false;
+                match compare(&s, d) {
+                    None => {
+                        report.matched += 1;
+                        if d.offset != s.offset {
+                            report.offsets_identical = false;
+                        }
                     }
-                } else {
-                    report.different += 1;
-                    report.note(s.offset, expected, "content differs");
+                    Some(what) => {
+                        report.different += 1;
+                        if what.starts_with("timestamp type") {
+                            report.timestamp_type_differs += 1;
+                        }
+                        report.note(s.offset, expected, what);
+                    }
                 }
                 dst.take();
             }
@@ -211,4 +259,59 @@ pub fn verify_partition(
         dst.take();
     }
     Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(ts: i64, kind: TimestampKind) -> RecordData {
+        RecordData {
+            offset: 5,
+            key: Some(b"k".to_vec()),
+            value: Some(b"v".to_vec()),
+            headers: Vec::new(),
+            timestamp: Some(ts),
+            timestamp_kind: Some(kind),
+        }
+    }
+
+    #[test]
+    fn copies_against_their_source() {
+        use TimestampKind::{CreateTime as C, LogAppendTime as L};
+        #[rustfmt::skip]
+        let table = [
+            // source, copy → difference
+            (record(1, C), record(1, C), None),
+            (record(1, L), record(1, C), None), // a mirror keeps the source's append time as create time
+            (record(1, C), record(1, L), Some("timestamp type")),
+            (record(1, C), record(9, L), Some("timestamp type")),
+            (record(1, C), record(2, C), Some("content")),
+            (record(1, L), record(2, L), Some("content")),
+        ];
+        for (source, copy, expect) in table {
+            let got = compare(&source, &copy);
+            assert_eq!(
+                got.map(|g| g
+                    .split(' ')
+                    .take(if expect == Some("content") { 1 } else { 2 })
+                    .collect::<Vec<_>>()
+                    .join(" ")),
+                expect.map(String::from),
+                "{source:?} / {copy:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn trailing_copies_are_not_exact() {
+        let mut r = Report {
+            matched: 3,
+            source_records: 3,
+            ..Default::default()
+        };
+        assert!(r.is_clean() && r.is_exact());
+        r.trailing = 2;
+        assert!(r.is_clean() && !r.is_exact());
+    }
 }

@@ -1,14 +1,101 @@
-//! Owned copies of records, their comparison, placeholders, and reading single records.
+//! Owned copies of records, their comparison, placeholders, reading single records, and what
+//! rdkafka's message API does not expose: a record's source leader epoch, header bytes whose
+//! keys are not UTF-8 (rdkafka's header accessors panic on them), and positions with an epoch.
 
+use std::ffi::CStr;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
-use rdkafka::message::{BorrowedMessage, Headers, Message, Timestamp};
+use rdkafka::message::{BorrowedMessage, Message, Timestamp};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use rdkafka_sys as sys;
 
 /// Header that marks placeholder records written for prefix alignment (deleted right after).
 pub const PLACEHOLDER_HEADER: &str = "kmirror.placeholder";
+
+/// Key of placeholder records: a compacted destination refuses records without a key.
+pub const PLACEHOLDER_KEY: &[u8] = b"kmirror.placeholder";
+
+/// Which clock a record's timestamp comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimestampKind {
+    /// Set by the producer.
+    CreateTime,
+    /// Set by the broker when it appended the record (the topic's `message.timestamp.type`).
+    LogAppendTime,
+}
+
+/// The leader epoch of the source partition when the record was appended, if the broker sent
+/// it (message format v2).
+pub fn leader_epoch(m: &BorrowedMessage<'_>) -> Option<i32> {
+    // SAFETY: `m.ptr()` is a live rd_kafka_message_t for as long as `m`; the call only reads it.
+    let epoch = unsafe { sys::rd_kafka_message_leader_epoch(m.ptr()) };
+    (epoch >= 0).then_some(epoch)
+}
+
+/// The headers of a record as bytes, keys included whatever their encoding, in order.
+pub fn raw_headers(m: &BorrowedMessage<'_>) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
+    let mut out = Vec::new();
+    for_each_header(m, |key, value| {
+        out.push((key.to_vec(), value.map(<[u8]>::to_vec)));
+    });
+    out
+}
+
+/// Bytes of the record's header keys and values (no allocation).
+pub fn header_bytes(m: &BorrowedMessage<'_>) -> usize {
+    let mut bytes = 0;
+    for_each_header(m, |key, value| {
+        bytes += key.len() + value.map_or(0, <[u8]>::len);
+    });
+    bytes
+}
+
+fn for_each_header(m: &BorrowedMessage<'_>, mut f: impl FnMut(&[u8], Option<&[u8]>)) {
+    let mut headers: *mut sys::rd_kafka_headers_t = std::ptr::null_mut();
+    // SAFETY: the message is live; librdkafka parses its headers once and keeps them with the
+    // message, so `headers` and everything read through it live as long as `m`.
+    unsafe {
+        if sys::rd_kafka_message_headers(m.ptr(), &mut headers)
+            != sys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR
+            || headers.is_null()
+        {
+            return;
+        }
+        let mut idx = 0;
+        loop {
+            let mut name: *const std::ffi::c_char = std::ptr::null();
+            let mut value: *const std::ffi::c_void = std::ptr::null();
+            let mut size = 0usize;
+            if sys::rd_kafka_header_get_all(headers, idx, &mut name, &mut value, &mut size)
+                != sys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR
+            {
+                break;
+            }
+            let key = CStr::from_ptr(name).to_bytes();
+            let value =
+                (!value.is_null()).then(|| std::slice::from_raw_parts(value.cast::<u8>(), size));
+            f(key, value);
+            idx += 1;
+        }
+    }
+}
+
+/// Sets the leader epoch of `topic`/`partition` in `tpl` (added by the caller), so that a
+/// consumer assigned with it validates the position against the leader first (KIP-320).
+pub fn set_leader_epoch(tpl: &mut TopicPartitionList, topic: &str, partition: i32, epoch: i32) {
+    let Ok(topic) = std::ffi::CString::new(topic) else {
+        return;
+    };
+    // SAFETY: the list is live and owned by `tpl`; the element found belongs to it.
+    unsafe {
+        let element = sys::rd_kafka_topic_partition_list_find(tpl.ptr(), topic.as_ptr(), partition);
+        if !element.is_null() {
+            sys::rd_kafka_topic_partition_set_leader_epoch(element, epoch);
+        }
+    }
+}
 
 /// A record's content, owned.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,10 +106,13 @@ pub struct RecordData {
     pub key: Option<Vec<u8>>,
     /// Value (`None`: null value, a tombstone).
     pub value: Option<Vec<u8>>,
-    /// Headers in order.
+    /// Headers in order (a key that is not UTF-8 is kept lossily here; [`raw_headers`] has
+    /// the bytes).
     pub headers: Vec<(String, Option<Vec<u8>>)>,
     /// Timestamp in ms, if the record carries one.
     pub timestamp: Option<i64>,
+    /// Where the timestamp comes from, if it has one.
+    pub timestamp_kind: Option<TimestampKind>,
 }
 
 impl RecordData {
@@ -32,15 +122,16 @@ impl RecordData {
             offset: m.offset(),
             key: m.key().map(<[u8]>::to_vec),
             value: m.payload().map(<[u8]>::to_vec),
-            headers: m
-                .headers()
-                .map(|h| {
-                    h.iter()
-                        .map(|h| (h.key.to_string(), h.value.map(<[u8]>::to_vec)))
-                        .collect()
-                })
-                .unwrap_or_default(),
+            headers: raw_headers(m)
+                .into_iter()
+                .map(|(k, v)| (String::from_utf8_lossy(&k).into_owned(), v))
+                .collect(),
             timestamp: timestamp_ms(m.timestamp()),
+            timestamp_kind: match m.timestamp() {
+                Timestamp::NotAvailable => None,
+                Timestamp::CreateTime(_) => Some(TimestampKind::CreateTime),
+                Timestamp::LogAppendTime(_) => Some(TimestampKind::LogAppendTime),
+            },
         }
     }
 
@@ -121,6 +212,7 @@ mod tests {
             value: Some(value.as_bytes().to_vec()),
             headers: vec![("h".into(), None)],
             timestamp: Some(1),
+            timestamp_kind: Some(TimestampKind::CreateTime),
         }
     }
 

@@ -11,6 +11,7 @@
 //! is where a consumer that committed that offset resumes.
 
 use serde::{Deserialize, Serialize};
+use thiserror::Error;
 
 /// One segment: from `src` on, source offsets map to `dst + (offset - src)` until the next
 /// segment starts.
@@ -19,6 +20,24 @@ pub struct Segment {
     /// First source offset of the segment.
     pub src: i64,
     /// Destination offset of that record.
+    pub dst: i64,
+}
+
+/// A segment that would break the map's order: sources must increase and destinations must not
+/// decrease. Checked in every build: a map out of order translates offsets wrongly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+#[error(
+    "offset map out of order: a segment for source offset {src} at destination offset {dst} \
+     after the segment ({}, {})",
+    last.src,
+    last.dst
+)]
+pub struct MapOrderError {
+    /// The open segment.
+    pub last: Segment,
+    /// The source offset of the refused segment.
+    pub src: i64,
+    /// Its destination offset.
     pub dst: i64,
 }
 
@@ -84,20 +103,50 @@ impl OffsetMap {
     }
 
     /// Records that the source record at `src` is written at `dst`, after a gap. Returns false
-    /// (and changes nothing) when `src`/`dst` already follow the open segment densely.
-    pub fn record_gap(&mut self, src: i64, dst: i64) -> bool {
+    /// (and changes nothing) when `src`/`dst` already follow the open segment densely, and an
+    /// error (changing nothing) when the segment would come before the open one.
+    pub fn record_gap(&mut self, src: i64, dst: i64) -> Result<bool, MapOrderError> {
         let last = self.last();
         if src - last.src == dst - last.dst {
-            return false;
+            return Ok(false);
         }
-        debug_assert!(src > last.src && dst >= last.dst);
+        if src <= last.src || dst < last.dst {
+            return Err(MapOrderError { last, src, dst });
+        }
         if dst == last.dst {
             // Nothing was written in the open segment yet: move its start.
             self.segments.last_mut().expect("non-empty").src = src;
         } else {
             self.segments.push(Segment { src, dst });
         }
-        true
+        Ok(true)
+    }
+
+    /// Forgets the segments of destination offsets at or beyond `dst_end` (the destination lost
+    /// those records): afterwards the map describes the log `0..dst_end` and what comes next is
+    /// recorded again. A segment starting exactly at `dst_end` is kept (recorded ahead of the
+    /// next record). Returns whether anything was removed.
+    pub fn truncate_to_dst(&mut self, dst_end: i64) -> bool {
+        let keep = self.segments.partition_point(|s| s.dst <= dst_end).max(1);
+        let removed = keep < self.segments.len();
+        self.segments.truncate(keep);
+        removed
+    }
+
+    /// Removes the first `n` segments (the map keeps at least one): their source offsets lie
+    /// below the source log start and are never translated again.
+    pub fn drop_first(&mut self, n: usize) {
+        let n = n.min(self.segments.len() - 1);
+        self.segments.drain(..n);
+    }
+
+    /// How many leading segments cover only source offsets below `log_start` (each ends where
+    /// the next begins, at or below it).
+    pub fn segments_below(&self, log_start: i64) -> usize {
+        self.segments
+            .windows(2)
+            .take_while(|w| w[1].src <= log_start)
+            .count()
     }
 
     fn segment_for_dst(&self, dst: i64) -> usize {
@@ -150,9 +199,9 @@ mod tests {
         // Source records at 0,1,2 then a marker at 3, records 4,5, compaction removed 6..9,
         // records 10.. .
         let mut map = OffsetMap::identity();
-        assert!(!map.record_gap(1, 1), "dense: no new segment");
-        assert!(map.record_gap(4, 3));
-        assert!(map.record_gap(10, 5));
+        assert!(!map.record_gap(1, 1).unwrap(), "dense: no new segment");
+        assert!(map.record_gap(4, 3).unwrap());
+        assert!(map.record_gap(10, 5).unwrap());
         assert!(!map.is_identity());
         let pairs = [
             (0, 0),
@@ -180,7 +229,7 @@ mod tests {
     #[test]
     fn gap_before_any_record_moves_the_start() {
         let mut map = OffsetMap::identity();
-        assert!(map.record_gap(5, 0));
+        assert!(map.record_gap(5, 0).unwrap());
         assert_eq!(map.segments(), &[Segment { src: 5, dst: 0 }]);
         assert_eq!(map.src_to_dst(2), 0);
         assert_eq!(map.src_to_dst(7), 2);
@@ -191,13 +240,69 @@ mod tests {
     #[test]
     fn written_ahead_segment_without_records_resumes_at_its_source() {
         let mut map = OffsetMap::identity();
-        map.record_gap(10, 8); // persisted before record 10 was produced
+        map.record_gap(10, 8).unwrap(); // persisted before record 10 was produced
         assert_eq!(
             map.dst_to_src(8),
             10,
             "destination log end 8 resumes at source 10"
         );
         assert_eq!(map.dst_to_src(7), 7);
+    }
+
+    #[test]
+    fn segments_out_of_order_are_refused_in_every_build() {
+        let mut map = OffsetMap::identity();
+        map.record_gap(10, 5).unwrap();
+        let before = map.clone();
+        #[rustfmt::skip]
+        let table = [
+            // src, dst → refused
+            (9, 6, true),    // source behind the open segment
+            (10, 7, true),   // the same source again, elsewhere
+            (12, 4, true),   // destination behind
+            (20, 5, false),  // nothing written since: the open segment moves
+        ];
+        for (src, dst, refused) in table {
+            let mut m = before.clone();
+            let result = m.record_gap(src, dst);
+            assert_eq!(result.is_err(), refused, "({src}, {dst}): {result:?}");
+            if refused {
+                assert_eq!(m, before, "a refused segment changes nothing");
+                let message = result.unwrap_err().to_string();
+                assert!(
+                    message.contains(&format!("source offset {src}")),
+                    "{message}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn truncating_and_pruning() {
+        let mut map = OffsetMap::identity();
+        map.record_gap(10, 5).unwrap();
+        map.record_gap(30, 20).unwrap();
+        map.record_gap(50, 30).unwrap();
+        let full = map.clone();
+        assert!(!map.truncate_to_dst(30), "a segment at the end is kept");
+        assert!(map.truncate_to_dst(25));
+        assert_eq!(map.segments().len(), 3);
+        assert_eq!(map.dst_to_src(25), 35);
+        assert!(map.truncate_to_dst(0));
+        assert_eq!(map, OffsetMap::identity());
+
+        let mut map = full.clone();
+        assert_eq!(map.segments_below(9), 0);
+        assert_eq!(map.segments_below(10), 1);
+        assert_eq!(map.segments_below(45), 2);
+        assert_eq!(map.segments_below(1000), 3, "the open segment stays");
+        map.drop_first(2);
+        assert_eq!(map.segments()[0], Segment { src: 30, dst: 20 });
+        for src in [30, 40, 50, 60] {
+            assert_eq!(map.src_to_dst(src), full.src_to_dst(src), "src {src}");
+        }
+        map.drop_first(10);
+        assert_eq!(map.segments().len(), 1);
     }
 
     #[test]

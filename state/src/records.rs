@@ -93,7 +93,8 @@ impl StateKey {
     }
 }
 
-/// Why a fetcher stopped for good; also its process exit code.
+/// Why a fetcher stopped; also its process exit code. The names (camelCase in records) and the
+/// codes never change: the operator reads both, from position records and pod exit codes.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub enum StopReason {
@@ -105,23 +106,36 @@ pub enum StopReason {
     SourceClusterChanged,
     /// The source topic no longer exists.
     SourceTopicDeleted,
-    /// Records were deleted on the source (retention) before they were mirrored.
-    SourceTruncated,
+    /// Records were deleted on the source (retention, DeleteRecords) before they were mirrored.
+    /// Records written before the name changed say `sourceTruncated`.
+    #[serde(alias = "sourceTruncated")]
+    DataLoss,
     /// The destination partition holds records kmirror did not write and has no state.
     DestinationNotEmpty,
+    /// The destination partition lost records it had confirmed (an unclean leader election on
+    /// the destination, or the topic recreated); they are copied again from the source.
+    DestinationTruncated,
+    /// The source no longer holds records that were mirrored: an unclean leader election (or a
+    /// restore) replaced them.
+    SourceDiverged,
+    /// The destination refuses a record (its size, its timestamp).
+    RecordRefused,
     /// Any other error (connection, delivery, configuration); retried.
     Error,
 }
 
 impl StopReason {
-    /// Every reason, in exit-code order of the non-retryable ones, then [`StopReason::Error`].
-    pub const ALL: [StopReason; 7] = [
+    /// Every reason, in exit-code order of the named ones, then [`StopReason::Error`].
+    pub const ALL: [StopReason; 10] = [
         StopReason::ForeignWrite,
         StopReason::SourceTopicRecreated,
         StopReason::SourceClusterChanged,
         StopReason::SourceTopicDeleted,
-        StopReason::SourceTruncated,
+        StopReason::DataLoss,
         StopReason::DestinationNotEmpty,
+        StopReason::DestinationTruncated,
+        StopReason::SourceDiverged,
+        StopReason::RecordRefused,
         StopReason::Error,
     ];
 
@@ -132,8 +146,11 @@ impl StopReason {
             StopReason::SourceTopicRecreated => 11,
             StopReason::SourceClusterChanged => 12,
             StopReason::SourceTopicDeleted => 13,
-            StopReason::SourceTruncated => 14,
+            StopReason::DataLoss => 14,
             StopReason::DestinationNotEmpty => 15,
+            StopReason::DestinationTruncated => 16,
+            StopReason::SourceDiverged => 17,
+            StopReason::RecordRefused => 18,
             StopReason::Error => 1,
         }
     }
@@ -143,9 +160,27 @@ impl StopReason {
         StopReason::ALL.into_iter().find(|r| r.exit_code() == code)
     }
 
-    /// Whether retrying can help. A deleted source topic is not an error but a stop.
+    /// Whether the operator retries on its own. A deleted source topic is not an error but a
+    /// stop; a destination that lost records is retried because the next start copies them
+    /// again (resuming from the destination log end is safe).
     pub fn retryable(self) -> bool {
-        self == StopReason::Error
+        matches!(self, StopReason::Error | StopReason::DestinationTruncated)
+    }
+
+    /// The name used in status, metrics and alerts (PascalCase, e.g. `SourceDiverged`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StopReason::ForeignWrite => "ForeignWrite",
+            StopReason::SourceTopicRecreated => "SourceTopicRecreated",
+            StopReason::SourceClusterChanged => "SourceClusterChanged",
+            StopReason::SourceTopicDeleted => "SourceTopicDeleted",
+            StopReason::DataLoss => "DataLoss",
+            StopReason::DestinationNotEmpty => "DestinationNotEmpty",
+            StopReason::DestinationTruncated => "DestinationTruncated",
+            StopReason::SourceDiverged => "SourceDiverged",
+            StopReason::RecordRefused => "RecordRefused",
+            StopReason::Error => "Error",
+        }
     }
 }
 
@@ -199,8 +234,12 @@ pub struct PositionRecord {
     pub next_source_offset: i64,
     /// Destination log-end offset written by this fetcher.
     pub destination_offset: i64,
-    /// Number of map chunks (`map` records 0..n).
+    /// Number of map chunks (`map` records `mapFirstChunk..n`).
     pub map_chunks: u32,
+    /// First map chunk still recorded: chunks below it covered only source offsets below the
+    /// source log start and were removed.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub map_first_chunk: u32,
     /// Every destination offset equals its source offset.
     pub offsets_identical: bool,
     /// Prefix alignment state, when the source log started above 0.
@@ -228,8 +267,37 @@ pub struct PositionRecord {
     /// Pod (or host) that wrote this record.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub writer: Option<String>,
+    /// The source leader epoch of the record at `last_mirrored_offset` (absent: unknown). A
+    /// start compares it with where the source says that epoch ends now: a source that no longer
+    /// holds the record has diverged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_mirrored_leader_epoch: Option<i32>,
+    /// The latest records the source deleted before they were mirrored, when the policy is to
+    /// skip them (the operator reports it as an Event).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_loss: Option<DataLossRecord>,
     /// Milliseconds since the epoch.
     pub updated_at_ms: i64,
+}
+
+/// Source records deleted before they were mirrored and skipped by policy.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct DataLossRecord {
+    /// First lost source offset.
+    pub from_offset: i64,
+    /// The source log start when the loss was found: `fromOffset..toOffset` are lost.
+    pub to_offset: i64,
+    /// Lost records (offsets; a compacted or transactional source may have had fewer).
+    pub records: i64,
+    /// One line for a person (and the operator's Event).
+    pub message: String,
+    /// When it was found, milliseconds since the epoch.
+    pub at_ms: i64,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// A chunk of the offset map.
@@ -300,6 +368,14 @@ pub struct PartitionStateRecord {
     pub updated_at_ms: i64,
 }
 
+/// A chunk of the offset map as written: a borrowed run of segments (same JSON as
+/// [`MapChunk`]), so that writing a chunk copies nothing.
+#[derive(Serialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MapChunkRef<'a> {
+    /// Segments of this chunk.
+    pub segments: &'a [Segment],
+}
+
 /// Splits a map into chunk records.
 pub fn map_to_chunks(map: &OffsetMap) -> Vec<MapChunk> {
     map.segments()
@@ -310,13 +386,35 @@ pub fn map_to_chunks(map: &OffsetMap) -> Vec<MapChunk> {
         .collect()
 }
 
+/// How many chunk records a map needs.
+pub fn map_chunk_count(map: &OffsetMap) -> usize {
+    map.segments().len().div_ceil(MAP_CHUNK_SEGMENTS)
+}
+
+/// Chunk `i` of a map (counted from its first segment), borrowed.
+pub fn map_chunk(map: &OffsetMap, i: usize) -> Option<MapChunkRef<'_>> {
+    map.segments()
+        .chunks(MAP_CHUNK_SEGMENTS)
+        .nth(i)
+        .map(|segments| MapChunkRef { segments })
+}
+
 /// Reassembles a map from chunk records `0..count`.
 pub fn map_from_chunks(chunks: &BTreeMap<u32, MapChunk>, count: u32) -> Result<OffsetMap, String> {
-    if count == 0 {
+    map_from_chunk_range(chunks, 0, count)
+}
+
+/// Reassembles a map from chunk records `first..count` (chunks below `first` were removed).
+pub fn map_from_chunk_range(
+    chunks: &BTreeMap<u32, MapChunk>,
+    first: u32,
+    count: u32,
+) -> Result<OffsetMap, String> {
+    if count <= first {
         return Ok(OffsetMap::identity());
     }
     let mut segments = Vec::new();
-    for i in 0..count {
+    for i in first..count {
         let chunk = chunks
             .get(&i)
             .ok_or_else(|| format!("offset map chunk {i} of {count} is missing"))?;
@@ -342,8 +440,9 @@ impl PartitionRecords {
     /// The partition's offset map (identity when nothing is recorded).
     pub fn offset_map(&self) -> Result<OffsetMap, String> {
         let count = self.position.as_ref().map_or(0, |p| p.map_chunks);
+        let first = self.position.as_ref().map_or(0, |p| p.map_first_chunk);
         let count = count.max(self.chunks.keys().next_back().map_or(0, |k| k + 1));
-        map_from_chunks(&self.chunks, count)
+        map_from_chunk_range(&self.chunks, first, count)
     }
 
     /// Applies one record (a `None` value is a tombstone).
@@ -402,7 +501,7 @@ mod tests {
         let mut dst = 0;
         for i in 0..2500i64 {
             dst += 2;
-            map.record_gap(i * 3 + 3, dst);
+            map.record_gap(i * 3 + 3, dst).unwrap();
         }
         let chunks = map_to_chunks(&map);
         assert_eq!(chunks.len(), 3);
@@ -442,37 +541,22 @@ mod tests {
     #[test]
     fn stop_reasons_keep_their_names_and_exit_codes() {
         // The operator reads both (position records, pod exit codes): they never change.
+        #[rustfmt::skip]
         let table = [
-            (StopReason::ForeignWrite, "foreignWrite", 10, false),
-            (
-                StopReason::SourceTopicRecreated,
-                "sourceTopicRecreated",
-                11,
-                false,
-            ),
-            (
-                StopReason::SourceClusterChanged,
-                "sourceClusterChanged",
-                12,
-                false,
-            ),
-            (
-                StopReason::SourceTopicDeleted,
-                "sourceTopicDeleted",
-                13,
-                false,
-            ),
-            (StopReason::SourceTruncated, "sourceTruncated", 14, false),
-            (
-                StopReason::DestinationNotEmpty,
-                "destinationNotEmpty",
-                15,
-                false,
-            ),
-            (StopReason::Error, "error", 1, true),
+            // reason, name in records, exit code, retried by the operator, name in status
+            (StopReason::ForeignWrite, "foreignWrite", 10, false, "ForeignWrite"),
+            (StopReason::SourceTopicRecreated, "sourceTopicRecreated", 11, false, "SourceTopicRecreated"),
+            (StopReason::SourceClusterChanged, "sourceClusterChanged", 12, false, "SourceClusterChanged"),
+            (StopReason::SourceTopicDeleted, "sourceTopicDeleted", 13, false, "SourceTopicDeleted"),
+            (StopReason::DataLoss, "dataLoss", 14, false, "DataLoss"),
+            (StopReason::DestinationNotEmpty, "destinationNotEmpty", 15, false, "DestinationNotEmpty"),
+            (StopReason::DestinationTruncated, "destinationTruncated", 16, true, "DestinationTruncated"),
+            (StopReason::SourceDiverged, "sourceDiverged", 17, false, "SourceDiverged"),
+            (StopReason::RecordRefused, "recordRefused", 18, false, "RecordRefused"),
+            (StopReason::Error, "error", 1, true, "Error"),
         ];
         assert_eq!(table.len(), StopReason::ALL.len());
-        for (reason, name, code, retryable) in table {
+        for (reason, name, code, retryable, status) in table {
             assert_eq!(serde_json::to_string(&reason).unwrap(), format!("{name:?}"));
             assert_eq!(
                 serde_json::from_str::<StopReason>(&format!("{name:?}")).unwrap(),
@@ -480,15 +564,64 @@ mod tests {
             );
             assert_eq!(reason.exit_code(), code, "{reason:?}");
             assert_eq!(reason.retryable(), retryable, "{reason:?}");
+            assert_eq!(reason.as_str(), status);
+            assert_eq!(StopReason::from_exit_code(code), Some(reason));
         }
+        assert_eq!(StopReason::from_exit_code(2), None);
+        assert_eq!(StopReason::from_exit_code(0), None);
     }
 
     #[test]
-    fn exit_codes_round_trip() {
-        for code in 10..=15 {
-            assert_eq!(StopReason::from_exit_code(code).unwrap().exit_code(), code);
+    fn records_written_before_data_loss_had_its_name_still_read() {
+        let old = r#"{"reason":"sourceTruncated","message":"offsets 1..2 were never mirrored"}"#;
+        let e: FetcherError = serde_json::from_str(old).unwrap();
+        assert_eq!(e.reason, StopReason::DataLoss);
+        assert_eq!(e.reason.exit_code(), 14, "the code stayed");
+        assert!(serde_json::to_string(&e).unwrap().contains(r#""dataLoss""#));
+    }
+
+    #[test]
+    fn positions_without_the_new_fields_still_read() {
+        let old = r#"{"sourceClusterId":"c","destinationTopic":"t","lastMirroredOffset":4,
+            "nextSourceOffset":5,"destinationOffset":5,"mapChunks":0,"offsetsIdentical":true,
+            "updatedAtMs":1}"#;
+        let p: PositionRecord = serde_json::from_str(old).unwrap();
+        assert_eq!(p.last_mirrored_leader_epoch, None);
+        assert_eq!(p.map_first_chunk, 0);
+        assert!(p.data_loss.is_none());
+        let written = serde_json::to_string(&p).unwrap();
+        assert!(!written.contains("mapFirstChunk"), "{written}");
+    }
+
+    #[test]
+    fn chunks_are_written_without_copying_and_read_from_the_first_kept() {
+        let mut map = OffsetMap::identity();
+        for i in 1..=2500i64 {
+            map.record_gap(i * 3, i * 2).unwrap();
         }
-        assert_eq!(StopReason::from_exit_code(1), Some(StopReason::Error));
-        assert_eq!(StopReason::from_exit_code(2), None);
+        assert_eq!(map_chunk_count(&map), 3);
+        let owned = map_to_chunks(&map);
+        for (i, c) in owned.iter().enumerate() {
+            let borrowed = map_chunk(&map, i).unwrap();
+            assert_eq!(
+                serde_json::to_string(&borrowed).unwrap(),
+                serde_json::to_string(c).unwrap()
+            );
+        }
+        assert!(map_chunk(&map, 3).is_none());
+        // Chunk 0 removed: the map is read from chunk 1 on.
+        let mut records = PartitionRecords {
+            position: Some(PositionRecord {
+                map_chunks: 3,
+                map_first_chunk: 1,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        for (i, c) in owned.iter().enumerate().skip(1) {
+            records.chunks.insert(i as u32, c.clone());
+        }
+        let read = records.offset_map().unwrap();
+        assert_eq!(read.segments(), &map.segments()[MAP_CHUNK_SEGMENTS..]);
     }
 }

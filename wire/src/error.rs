@@ -205,6 +205,14 @@ pub enum WireError {
         /// The reason.
         reason: String,
     },
+    /// An OffsetForLeaderEpoch request failed.
+    #[error("offsets for leader epochs of {topic}: {reason}")]
+    OffsetForLeaderEpoch {
+        /// Topic.
+        topic: String,
+        /// The reason.
+        reason: String,
+    },
     /// InitProducerId failed.
     #[error("InitProducerId: {reason}")]
     InitProducerId {

@@ -7,7 +7,8 @@
 //!   OIDC client credentials).
 //! - [`Client`] keeps one pipelined connection per broker and the cluster metadata, and routes
 //!   [`Client::fetch`], [`Client::send_produce`], [`Client::list_offsets`] to partition leaders;
-//!   [`Client::init_producer_id`] gives an idempotent producer identity.
+//!   [`Client::init_producer_id`] gives an idempotent producer identity, and
+//!   [`Client::offset_for_leader_epoch`] where a leader epoch ends in a partition's log.
 //! - [`batch`] parses batch headers and rewrites them ([`batch::rewrite`]) with a new CRC-32C;
 //!   [`records`] decodes (and encodes) the records inside a batch for the record path, and
 //!   [`decode_legacy`] the messages of the old formats (magic 0/1).
@@ -51,6 +52,7 @@ mod client;
 pub mod config;
 mod connection;
 mod entries;
+mod epochs;
 mod error;
 mod fetch;
 mod http;
@@ -68,6 +70,7 @@ mod tls;
 pub use batch::{BatchError, BatchHeader, Codec, RawBatch, RawEntry, RecordBatches, Rewrite};
 pub use client::Client;
 pub use config::{SecurityProtocol, WireConfig};
+pub use epochs::EpochEnd;
 pub use error::{KafkaCode, WireError};
 pub use fetch::{AbortedTransaction, FetchOptions, FetchPartition, FetchedPartition, Isolation};
 pub use legacy::decode_legacy;

@@ -1,5 +1,7 @@
 //! `kmirror-verify`: compares source and destination partitions record by record through the
-//! offset map recorded in the state topic. Exit 0 when clean, 1 on mismatches, 2 on errors.
+//! offset map recorded in the state topic. Exit 0 when clean, 1 on mismatches (missing,
+//! different or extra records, or copies after the last source record: duplicates, unless
+//! `--allow-trailing` says the source is still being written), 2 on errors.
 
 use std::time::Duration;
 
@@ -36,6 +38,10 @@ struct Args {
     /// Seconds allowed per partition.
     #[arg(long, default_value_t = 300)]
     timeout_seconds: u64,
+    /// Do not count destination records after the copy of the last source record as a
+    /// mismatch (the source is still being written while verifying).
+    #[arg(long)]
+    allow_trailing: bool,
 }
 
 fn run(args: Args) -> Result<bool, String> {
@@ -86,7 +92,11 @@ fn run(args: Args) -> Result<bool, String> {
             .unwrap_or_default();
         let report = verify_partition(&source, &destination, p, &map, isolation, timeout)
             .map_err(|e| e.to_string())?;
-        clean &= report.is_clean();
+        clean &= if args.allow_trailing {
+            report.is_clean()
+        } else {
+            report.is_exact()
+        };
         println!(
             "{}",
             serde_json::to_string(&report).expect("report serializes")

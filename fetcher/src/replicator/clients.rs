@@ -3,6 +3,7 @@
 
 use rdkafka::ClientConfig;
 
+use super::limits::DestinationLimits;
 use super::stop::{Side, Stop};
 use crate::config::FetcherConfig;
 
@@ -37,8 +38,14 @@ pub(super) fn source_consumer_config(config: &FetcherConfig) -> Result<ClientCon
     Ok(c)
 }
 
-/// The destination producer: idempotent, acknowledged by all in-sync replicas.
-pub(super) fn producer_config(config: &FetcherConfig) -> Result<ClientConfig, Stop> {
+/// The destination producer: idempotent and gapless (a batch that fails for good fails the
+/// producer rather than letting later batches land in its place), acknowledged by all in-sync
+/// replicas; its batches never exceed the destination topic's `max.message.bytes`, so that only
+/// a single record too large for the topic can be refused, and it is the one named.
+pub(super) fn producer_config(
+    config: &FetcherConfig,
+    limits: &DestinationLimits,
+) -> Result<ClientConfig, Stop> {
     let mut c = cluster_config(config, Side::Destination)?;
     set_default(&mut c, "linger.ms", "5");
     set_default(&mut c, "batch.size", "1000000");
@@ -47,8 +54,35 @@ pub(super) fn producer_config(config: &FetcherConfig) -> Result<ClientConfig, St
     set_default(&mut c, "message.max.bytes", "16777216");
     set_default(&mut c, "queue.buffering.max.kbytes", "131072");
     set_default(&mut c, "message.timeout.ms", "300000");
-    c.set("enable.idempotence", "true").set("acks", "all");
+    let number =
+        |c: &ClientConfig, key: &str| c.get(key).and_then(|v| v.trim().parse::<i64>().ok());
+    if let Some(wanted) = number(&c, "batch.size") {
+        c.set("batch.size", limits.batch_size(wanted).to_string());
+    }
+    // Records the destination accepts must fit the producer's own bound (it refuses larger
+    // ones before sending).
+    if let (Some(own), Some(limit)) = (number(&c, "message.max.bytes"), limits.max_message_bytes)
+        && own < limit + 1024
+    {
+        c.set(
+            "message.max.bytes",
+            (limit + 1024).min(1_000_000_000).to_string(),
+        );
+    }
+    c.set("enable.idempotence", "true")
+        .set("enable.gapless.guarantee", "true")
+        .set("acks", "all");
     Ok(c)
+}
+
+/// Whether the destination producer compresses its batches.
+pub(super) fn producer_compresses(config: &FetcherConfig) -> bool {
+    let p = &config.destination.properties;
+    let codec = p
+        .get("compression.type")
+        .or_else(|| p.get("compression.codec"))
+        .map_or("lz4", String::as_str);
+    codec != "none"
 }
 
 fn set_default(c: &mut ClientConfig, key: &str, value: &str) {
@@ -92,17 +126,48 @@ mod tests {
         ] {
             assert_eq!(consumer.get(key), Some(value), "consumer {key}");
         }
-        let producer = producer_config(&c).unwrap();
+        let producer = producer_config(&c, &DestinationLimits::default()).unwrap();
         for (key, value) in [
             ("bootstrap.servers", "dst:9092"),
             ("linger.ms", "50"),
             ("compression.type", "lz4"),
             ("message.timeout.ms", "300000"),
             ("enable.idempotence", "true"),
+            ("enable.gapless.guarantee", "true"),
             ("acks", "all"),
+            ("batch.size", "1000000"),
+            ("message.max.bytes", "16777216"),
         ] {
             assert_eq!(producer.get(key), Some(value), "producer {key}");
         }
+        assert!(producer_compresses(&c));
+    }
+
+    #[test]
+    fn batches_fit_the_destination_topic() {
+        let mut c = config();
+        c.destination
+            .properties
+            .insert("compression.type".into(), "none".into());
+        c.destination
+            .properties
+            .insert("enable.gapless.guarantee".into(), "false".into());
+        let small = DestinationLimits {
+            max_message_bytes: Some(200_000),
+            ..Default::default()
+        };
+        let p = producer_config(&c, &small).unwrap();
+        assert_eq!(p.get("batch.size"), Some("199878"));
+        assert_eq!(p.get("message.max.bytes"), Some("16777216"));
+        assert_eq!(p.get("enable.gapless.guarantee"), Some("true"), "forced");
+        let huge = DestinationLimits {
+            max_message_bytes: Some(50_000_000),
+            ..Default::default()
+        };
+        let p = producer_config(&c, &huge).unwrap();
+        assert_eq!(p.get("batch.size"), Some("1000000"));
+        assert_eq!(p.get("message.max.bytes"), Some("50001024"));
+        assert!(!producer_compresses(&c));
     }
 
     #[test]
@@ -120,7 +185,7 @@ mod tests {
             "sasl.password".into(),
             "/nonexistent/kmirror/password".into(),
         );
-        let stop = producer_config(&c).unwrap_err();
+        let stop = producer_config(&c, &DestinationLimits::default()).unwrap_err();
         assert!(matches!(
             stop,
             Stop::ReadSettings {

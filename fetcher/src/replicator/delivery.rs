@@ -1,6 +1,8 @@
 //! Delivery: the producer context that collects delivery reports, handing records to the
 //! producer under back-pressure, and checking every delivered offset against the one the record
-//! had to get.
+//! had to get. The producer is gapless: the first failed delivery stops the run (the caller
+//! purges what is still queued or in flight), and a failure that is the destination refusing
+//! the record is reported as such, with its source offset.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -9,8 +11,9 @@ use std::time::{Duration, Instant};
 use rdkafka::ClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{DeliveryResult, Message, ToBytes};
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext, PurgeConfig};
 
+use super::limits::DestinationLimits;
 use super::stop::Stop;
 use super::{Fetcher, Handles, Unit};
 
@@ -21,6 +24,8 @@ pub(super) struct Pending {
     pub partition: i32,
     /// The offset the record must land at.
     pub expected_dst: i64,
+    /// Its source offset (-1 for a placeholder).
+    pub source_offset: i64,
     /// Bytes of key, value and headers (0 for a placeholder).
     pub bytes: usize,
     /// The record's timestamp (none for a placeholder).
@@ -69,28 +74,79 @@ pub(super) enum Confirmed {
     Placeholder,
 }
 
+/// Why a record was not delivered: the destination refusing it (named with its source offset),
+/// or another delivery failure.
+pub(super) fn delivery_failure(
+    destination_topic: &str,
+    limits: &DestinationLimits,
+    pending: &Pending,
+    source: KafkaError,
+) -> Stop {
+    if pending.source_offset >= 0
+        && let Some(code) = source.rdkafka_error_code()
+        && let Some(why) = limits.refusal_for(code, pending.bytes, pending.timestamp)
+    {
+        return Stop::DeliveryRefused {
+            topic: destination_topic.to_string(),
+            partition: pending.partition,
+            source_offset: pending.source_offset,
+            why,
+        };
+    }
+    Stop::Delivery {
+        topic: destination_topic.to_string(),
+        partition: pending.partition,
+        source,
+    }
+}
+
+/// A failure that only follows from an earlier one (the producer failed, or purged what it
+/// held): the earlier one is the cause to report.
+fn is_consequence(e: &KafkaError) -> bool {
+    matches!(
+        e.rdkafka_error_code(),
+        Some(
+            RDKafkaErrorCode::Fatal
+                | RDKafkaErrorCode::GaplessGuarantee
+                | RDKafkaErrorCode::PurgeQueue
+                | RDKafkaErrorCode::PurgeInflight
+                | RDKafkaErrorCode::OutOfOrderSequenceNumber
+        )
+    )
+}
+
 impl Unit {
     /// Applies one delivery report: a failed delivery or an offset other than the expected one
-    /// stops the partition; otherwise the cursor and the counters advance.
+    /// stops the partition (a record landing below it means the destination lost records; above
+    /// it, that another client wrote); otherwise the cursor and the counters advance.
     pub(super) fn confirm(
         &mut self,
         destination_topic: &str,
+        limits: &DestinationLimits,
         delivery: Delivery,
     ) -> Result<Confirmed, Stop> {
         let p = delivery.pending;
-        let actual = delivery.result.map_err(|source| Stop::Delivery {
-            topic: destination_topic.to_string(),
-            partition: p.partition,
-            source,
+        let actual = match delivery.result {
+            Ok(offset) => offset,
+            Err(source) => return Err(delivery_failure(destination_topic, limits, &p, source)),
+        };
+        self.cursor.delivered(p.expected_dst, actual).map_err(|m| {
+            if m.actual < m.expected {
+                Stop::LandedBelow {
+                    topic: destination_topic.to_string(),
+                    partition: p.partition,
+                    expected: m.expected,
+                    actual: m.actual,
+                }
+            } else {
+                Stop::OffsetMismatch {
+                    topic: destination_topic.to_string(),
+                    partition: p.partition,
+                    expected: m.expected,
+                    actual: m.actual,
+                }
+            }
         })?;
-        self.cursor
-            .delivered(p.expected_dst, actual)
-            .map_err(|m| Stop::OffsetMismatch {
-                topic: destination_topic.to_string(),
-                partition: p.partition,
-                expected: m.expected,
-                actual: m.actual,
-            })?;
         self.position_dirty = true;
         if p.timestamp.is_some() || p.bytes > 0 {
             self.records += 1;
@@ -102,12 +158,23 @@ impl Unit {
     }
 }
 
-/// Applies the delivery reports collected so far.
+/// The destination, as delivery reports are checked against it.
+#[derive(Clone, Copy)]
+pub(super) struct Target<'a> {
+    /// The destination topic.
+    pub topic: &'a str,
+    /// What it accepts.
+    pub limits: &'a DestinationLimits,
+}
+
+/// Applies the delivery reports collected so far. The first failure stops; a failure that only
+/// follows from another one (the producer failed, purged) gives way to its cause among the
+/// reports collected.
 pub(super) fn drain(
     producer: &BaseProducer<DeliveryContext>,
     units: &mut BTreeMap<i32, Unit>,
     handles: &Handles,
-    destination_topic: &str,
+    target: Target<'_>,
 ) -> Result<(), Stop> {
     let deliveries = std::mem::take(
         &mut *producer
@@ -117,6 +184,7 @@ pub(super) fn drain(
             .unwrap_or_else(|p| p.into_inner()),
     );
     let metrics = &handles.metrics;
+    let mut consequence: Option<Stop> = None;
     for delivery in deliveries {
         let partition = delivery.pending.partition;
         let bytes = delivery.pending.bytes;
@@ -124,7 +192,26 @@ pub(super) fn drain(
             what: "delivery for",
             partition,
         })?;
-        if unit.confirm(destination_topic, delivery)? == Confirmed::Record {
+        if let Err(e) = &delivery.result
+            && is_consequence(e)
+        {
+            if consequence.is_none() {
+                let cause = producer.client().fatal_error();
+                let pending = delivery.pending.clone();
+                let source = match cause {
+                    Some((code, _)) => KafkaError::MessageProduction(code),
+                    None => delivery.result.unwrap_err(),
+                };
+                consequence = Some(delivery_failure(
+                    target.topic,
+                    target.limits,
+                    &pending,
+                    source,
+                ));
+            }
+            continue;
+        }
+        if unit.confirm(target.topic, target.limits, delivery)? == Confirmed::Record {
             metrics.records.get_or_create(&unit.labels).inc();
             metrics
                 .bytes
@@ -132,7 +219,36 @@ pub(super) fn drain(
                 .inc_by(bytes as u64);
         }
     }
-    Ok(())
+    match consequence {
+        Some(stop) => Err(stop),
+        None => Ok(()),
+    }
+}
+
+/// Drops what the producer still queues or has in flight (after the first failed delivery, or
+/// a finding that forbids writing on) and collects the reports of what it drops. Records in
+/// flight may still land; the next start resumes from the destination log end, as always.
+pub(super) fn purge(producer: &BaseProducer<DeliveryContext>, units: &mut BTreeMap<i32, Unit>) {
+    producer.purge(PurgeConfig::default().queue().inflight());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while producer.in_flight_count() > 0 && Instant::now() < deadline {
+        producer.poll(Duration::from_millis(50));
+    }
+    let deliveries = std::mem::take(
+        &mut *producer
+            .context()
+            .deliveries
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()),
+    );
+    for d in deliveries {
+        if let (Ok(actual), Some(unit)) = (d.result, units.get_mut(&d.pending.partition)) {
+            let _ = unit.cursor.delivered(d.pending.expected_dst, actual);
+        }
+    }
+    for unit in units.values_mut() {
+        unit.cursor.forget_inflight();
+    }
 }
 
 /// Hands a record to the producer; while its queue is full, serves delivery reports and tries
@@ -141,6 +257,7 @@ pub(super) fn send<K: ToBytes + ?Sized, P: ToBytes + ?Sized>(
     producer: &BaseProducer<DeliveryContext>,
     units: &mut BTreeMap<i32, Unit>,
     handles: &Handles,
+    target: Target<'_>,
     mut record: BaseRecord<'_, K, P, Box<Pending>>,
 ) -> Result<(), Stop> {
     loop {
@@ -149,14 +266,25 @@ pub(super) fn send<K: ToBytes + ?Sized, P: ToBytes + ?Sized>(
             Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
                 record = r;
                 producer.poll(Duration::from_millis(10));
-                drain(producer, units, handles, record.topic)?;
+                drain(producer, units, handles, target)?;
             }
             Err((source, r)) => {
-                return Err(Stop::Produce {
-                    topic: r.topic.to_string(),
-                    partition: r.partition.unwrap_or(-1),
-                    source,
-                });
+                // The producer's own refusal (a record over its message.max.bytes) names the
+                // record like the destination's.
+                return Err(
+                    match delivery_failure(r.topic, target.limits, &r.delivery_opaque, source) {
+                        Stop::Delivery {
+                            topic,
+                            partition,
+                            source,
+                        } => Stop::Produce {
+                            topic,
+                            partition,
+                            source,
+                        },
+                        refused => refused,
+                    },
+                );
             }
         }
     }
@@ -168,7 +296,10 @@ impl Fetcher<'_> {
             &self.producer,
             &mut self.units,
             self.handles,
-            &self.config.destination_topic,
+            Target {
+                topic: &self.config.destination_topic,
+                limits: &self.limits,
+            },
         )
     }
 
@@ -210,6 +341,7 @@ mod tests {
             labels,
             None,
             0,
+            0,
         )
     }
 
@@ -218,6 +350,7 @@ mod tests {
             pending: Pending {
                 partition: 0,
                 expected_dst: expected,
+                source_offset: expected,
                 bytes,
                 timestamp: (bytes > 0).then_some(1_700_000_000_000 + expected),
             },
@@ -232,30 +365,46 @@ mod tests {
         d
     }
 
+    fn limits() -> DestinationLimits {
+        DestinationLimits {
+            max_message_bytes: Some(1_048_588),
+            ..Default::default()
+        }
+    }
+
     #[test]
     fn delivery_reports() {
-        let refused = || KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge);
+        let failed = |code| Err(KafkaError::MessageProduction(code));
+        use RDKafkaErrorCode as C;
         #[rustfmt::skip]
         let table: Vec<(&str, Delivery, Result<Confirmed, StopReason>, i64)> = vec![
             // name, report for a record produced at destination 10 → outcome, confirmed log end
             ("landed where expected", delivery(10, Ok(10), 5), Ok(Confirmed::Record), 11),
             ("a placeholder landed", delivery(10, Ok(10), 0), Ok(Confirmed::Placeholder), 11),
             ("an empty record landed", empty_record(10, Ok(10)), Ok(Confirmed::Record), 11),
-            ("landed one too far", delivery(10, Ok(11), 5), Err(StopReason::ForeignWrite), 10),
-            ("landed too early", delivery(10, Ok(9), 5), Err(StopReason::ForeignWrite), 10),
-            ("refused by the destination", delivery(10, Err(refused()), 5), Err(StopReason::Error), 10),
+            ("landed one too far: another writer", delivery(10, Ok(11), 5), Err(StopReason::ForeignWrite), 10),
+            ("landed too early: the destination lost records", delivery(10, Ok(9), 5), Err(StopReason::DestinationTruncated), 10),
+            ("too large for the destination", delivery(10, failed(C::MessageSizeTooLarge), 5), Err(StopReason::RecordRefused), 10),
+            ("a timestamp the destination refuses", delivery(10, failed(C::InvalidTimestamp), 5), Err(StopReason::RecordRefused), 10),
+            ("a record the destination cannot validate", delivery(10, failed(C::InvalidRecord), 5), Err(StopReason::RecordRefused), 10),
+            ("a placeholder refused: not a source record", delivery(10, failed(C::InvalidRecord), 0), Err(StopReason::Error), 10),
+            ("timed out", delivery(10, failed(C::MessageTimedOut), 5), Err(StopReason::Error), 10),
         ];
         for (name, report, expect, confirmed) in table {
             let mut u = unit(10);
             assert_eq!(
-                u.cursor.accept(10),
+                u.cursor.accept(10, 0).unwrap(),
                 crate::cursor::Accept::Produce {
                     expected_dst: 10,
                     gap: false
                 }
             );
             u.position_dirty = false;
-            let result = u.confirm("orders", report);
+            let mut report = report;
+            if report.pending.bytes == 0 && report.pending.timestamp.is_none() {
+                report.pending.source_offset = -1;
+            }
+            let result = u.confirm("orders", &limits(), report);
             assert_eq!(
                 result.as_ref().map_err(|s| s.reason()).copied(),
                 expect,
@@ -274,8 +423,10 @@ mod tests {
     #[test]
     fn failures_name_the_partition_and_offsets() {
         let mut u = unit(10);
-        u.cursor.accept(10);
-        let stop = u.confirm("orders", delivery(10, Ok(12), 5)).unwrap_err();
+        u.cursor.accept(10, 0).unwrap();
+        let stop = u
+            .confirm("orders", &limits(), delivery(10, Ok(12), 5))
+            .unwrap_err();
         let message = stop.to_string();
         assert!(message.contains("orders[0]"), "{message}");
         assert!(
@@ -285,6 +436,7 @@ mod tests {
         let stop = u
             .confirm(
                 "orders",
+                &limits(),
                 delivery(
                     10,
                     Err(KafkaError::MessageProduction(
@@ -294,20 +446,32 @@ mod tests {
                 ),
             )
             .unwrap_err();
+        let message = stop.to_string();
         assert!(
-            matches!(stop, Stop::Delivery { partition: 0, .. }),
+            matches!(
+                stop,
+                Stop::DeliveryRefused {
+                    partition: 0,
+                    source_offset: 10,
+                    ..
+                }
+            ),
             "{stop:?}"
         );
+        assert!(message.contains("max.message.bytes 1048588"), "{message}");
+        assert!(!message.contains("another client"), "{message}");
     }
 
     #[test]
     fn newest_timestamp_is_kept_for_the_lag() {
         let mut u = unit(0);
         for src in 0..3 {
-            u.cursor.accept(src);
+            u.cursor.accept(src, 0).unwrap();
         }
-        u.confirm("orders", delivery(0, Ok(0), 5)).unwrap();
-        u.confirm("orders", delivery(1, Ok(1), 5)).unwrap();
+        u.confirm("orders", &limits(), delivery(0, Ok(0), 5))
+            .unwrap();
+        u.confirm("orders", &limits(), delivery(1, Ok(1), 5))
+            .unwrap();
         assert_eq!(u.last_timestamp, Some(1_700_000_000_001));
         assert_eq!(u.records, 2);
         assert_eq!(u.cursor.last_mirrored_src, 1);

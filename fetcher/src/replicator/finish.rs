@@ -1,5 +1,6 @@
-//! Stop: how a run ends — flush what the producer holds, persist the final positions with the
-//! outcome, set the state metrics — and how a start-up failure is recorded for the operator.
+//! Stop: how a run ends — flush what the producer holds (or purge it, after a failed delivery
+//! or a finding that forbids writing on), persist the final positions with the outcome, set the
+//! state metrics — and how a start-up failure is recorded for the operator.
 
 use std::time::Duration;
 
@@ -10,6 +11,7 @@ use kmirror_state::records::{
 use kmirror_state::store::{self, StateWriter};
 
 use super::clients::cluster_config;
+use super::delivery;
 use super::stop::{Side, Stop};
 use super::{Fetcher, Outcome};
 use crate::config::FetcherConfig;
@@ -18,10 +20,25 @@ use crate::config::FetcherConfig;
 const PERSIST_BUDGET: Duration = Duration::from_secs(3);
 
 impl Fetcher<'_> {
-    /// Ends the run: flush what can be flushed, persist the final positions with the outcome.
+    /// Ends the run: flush what can be flushed — nothing after a failed delivery (the gapless
+    /// producer must not deliver what followed it) or a finding that forbids writing on (another
+    /// writer, a refused record, a diverged source): that is purged — and persist the final
+    /// positions with the outcome.
     pub(super) fn finish(mut self, result: Result<(), Stop>) -> Outcome {
         let flush_budget = self.config.shutdown_timeout.saturating_sub(PERSIST_BUDGET);
-        let flushed = self.flush_producer(flush_budget);
+        let flushed = match &result {
+            Err(stop) if stop.purges() => {
+                delivery::purge(&self.producer, &mut self.units);
+                Ok(())
+            }
+            _ => self.flush_producer(flush_budget),
+        };
+        // A failed flush is itself a failed delivery: drop what remains.
+        if let Err(stop) = &flushed
+            && stop.purges()
+        {
+            delivery::purge(&self.producer, &mut self.units);
+        }
         let (status, error, outcome) = match (result, flushed) {
             (Ok(()), Ok(())) => (FetcherStatus::Stopped, None, Outcome::Stopped),
             (Ok(()), Err(stop)) | (Err(stop), _) => {
@@ -68,6 +85,23 @@ pub(super) fn start_failed(config: &FetcherConfig, stop: &Stop) -> Outcome {
     Outcome::failed(stop)
 }
 
+/// The position to record for a start-up failure: the recorded one marked failed with the
+/// reason. A partition without a recorded position gets none: a position is only ever written
+/// with the source identity it was mirrored from, and a made-up one (no cluster ID, no map)
+/// would be taken for a recorded start by the next start.
+pub(super) fn failed_position(
+    recorded: Option<PositionRecord>,
+    stop: &Stop,
+    writer: Option<String>,
+) -> Option<PositionRecord> {
+    let mut position = recorded.filter(|p| !p.source_cluster_id.is_empty())?;
+    position.status = FetcherStatus::Failed;
+    position.error = Some(stop.to_record());
+    position.writer = writer;
+    position.updated_at_ms = now_ms();
+    Some(position)
+}
+
 /// Marks the recorded positions of the owned partitions as failed with the stop reason.
 fn record_start_failure(config: &FetcherConfig, stop: &Stop) -> Result<(), Stop> {
     let destination = cluster_config(config, Side::Destination)?;
@@ -89,18 +123,10 @@ fn record_start_failure(config: &FetcherConfig, stop: &Stop) -> Result<(), Stop>
             config.source_topic.clone(),
             partition,
         );
-        let mut position = records
-            .get(&key)
-            .and_then(|r| r.position.clone())
-            .unwrap_or_else(|| PositionRecord {
-                destination_topic: config.destination_topic.clone(),
-                last_mirrored_offset: -1,
-                ..Default::default()
-            });
-        position.status = FetcherStatus::Failed;
-        position.error = Some(stop.to_record());
-        position.writer = config.writer.clone();
-        position.updated_at_ms = now_ms();
+        let recorded = records.get(&key).and_then(|r| r.position.clone());
+        let Some(position) = failed_position(recorded, stop, config.writer.clone()) else {
+            continue;
+        };
         let key = StateKey::new(
             RecordKind::Position,
             &config.mirror,
@@ -114,4 +140,47 @@ fn record_start_failure(config: &FetcherConfig, stop: &Stop) -> Result<(), Stop>
     writer
         .flush(Duration::from_secs(10))
         .map_err(Stop::WriteState)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_start_failure_never_makes_up_a_position() {
+        let stop = Stop::DestinationNotEmpty {
+            topic: "orders".into(),
+            partition: 0,
+            records: 3,
+        };
+        assert_eq!(failed_position(None, &stop, None), None, "nothing recorded");
+        let poisoned = PositionRecord {
+            last_mirrored_offset: -1,
+            ..Default::default()
+        };
+        assert_eq!(
+            failed_position(Some(poisoned), &stop, None),
+            None,
+            "a position without a source cluster ID is not kept either"
+        );
+        let recorded = PositionRecord {
+            source_cluster_id: "c1".into(),
+            last_mirrored_offset: 41,
+            next_source_offset: 42,
+            destination_offset: 42,
+            ..Default::default()
+        };
+        let failed = failed_position(Some(recorded.clone()), &stop, Some("pod-0".into())).unwrap();
+        assert_eq!(failed.status, FetcherStatus::Failed);
+        assert_eq!(
+            failed.error.as_ref().map(|e| e.reason),
+            Some(StopReason::DestinationNotEmpty)
+        );
+        assert_eq!(
+            (failed.source_cluster_id.as_str(), failed.destination_offset),
+            ("c1", 42),
+            "the identity and offsets stay"
+        );
+        assert_eq!(failed.writer.as_deref(), Some("pod-0"));
+    }
 }

@@ -13,18 +13,25 @@
 //!    lag, persist positions periodically, honour the throttle and SIGTERM;
 //! 3. **delivery** (`delivery`): an idempotent producer whose every delivery report's offset is
 //!    checked against the one the record had to get;
-//! 4. **stop** (`finish`): flush, persist the final position with the outcome.
+//! 4. **stop** (`finish`): flush — or, after a failed delivery or a finding that forbids
+//!    writing on, purge — what the producer holds, and persist the final position with the
+//!    outcome.
 //!
 //! Every way to fail is a variant of `Stop` (module `stop`), named after the step that failed or
 //! what a check found; `Stop::reason` is the one place that maps it to the recorded
-//! [`StopReason`]. Positions and map chunks are written by `position`; client configurations
-//! live in `clients`.
+//! [`StopReason`]. What the destination accepts is read at start (`limits`) and checked before
+//! each record is produced; whether the source still holds what was mirrored is judged in
+//! `source_check` from its watermarks and where a leader epoch ends (`epochs`). Positions and
+//! map chunks are written by `position`; client configurations live in `clients`.
 
 mod clients;
 mod delivery;
+mod epochs;
 mod finish;
+mod limits;
 mod poll_loop;
 mod position;
+mod source_check;
 mod start_plan;
 mod startup;
 mod stop;
@@ -32,7 +39,7 @@ mod stop;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rdkafka::ClientConfig;
 use rdkafka::admin::AdminClient;
@@ -45,9 +52,12 @@ use crate::cursor::Cursor;
 use crate::metrics::{FetcherMetrics, PartitionLabels};
 use crate::throttle::Throttle;
 use delivery::DeliveryContext;
-use kmirror_state::records::{PrefixAlignment, StopReason, now_ms};
+use epochs::SourceEpochs;
+use kmirror_state::records::{DataLossRecord, PrefixAlignment, StopReason, now_ms};
 use kmirror_state::store::StateWriter;
+use limits::DestinationLimits;
 
+pub use limits::Refusal;
 pub use stop::{Side, Stop};
 
 /// Bound on admin calls, watermark reads and state flushes.
@@ -73,6 +83,14 @@ impl Outcome {
         match self {
             Outcome::Stopped => 0,
             Outcome::Failed { reason, .. } => reason.exit_code(),
+        }
+    }
+
+    /// One line for a person: the reason and what to do (none for a clean stop).
+    pub fn summary(&self) -> Option<String> {
+        match self {
+            Outcome::Stopped => None,
+            Outcome::Failed { reason, message } => Some(format!("{}: {message}", reason.as_str())),
         }
     }
 
@@ -127,9 +145,13 @@ pub struct Handles {
 struct Unit {
     cursor: Cursor,
     labels: PartitionLabels,
-    /// Map chunks already persisted in full (only the last one is rewritten).
+    /// Number of the state record holding the map's first chunk (chunks below it were removed
+    /// with the segments they held, below the source log start).
+    first_chunk: u32,
+    /// Map chunks already persisted in full (only the last one is rewritten), counted from
+    /// `first_chunk`.
     sealed_chunks: usize,
-    /// Chunk records persisted so far.
+    /// Chunk records persisted so far, counted from `first_chunk`.
     persisted_chunks: usize,
     prefix: Option<PrefixAlignment>,
     high_watermark: Option<i64>,
@@ -140,21 +162,29 @@ struct Unit {
     last_timestamp: Option<i64>,
     records: u64,
     position_dirty: bool,
+    /// The latest records skipped because the source deleted them before they were copied.
+    data_loss: Option<DataLossRecord>,
+    /// Since when the source's high watermark has stayed below the next offset.
+    beyond_end_since: Option<Instant>,
 }
 
 impl Unit {
-    /// A unit at `cursor`, with `recorded_chunks` map chunks already in the state topic.
+    /// A unit at `cursor`, with map chunks `first_chunk..recorded_chunks` already in the state
+    /// topic.
     fn new(
         cursor: Cursor,
         labels: PartitionLabels,
         prefix: Option<PrefixAlignment>,
+        first_chunk: u32,
         recorded_chunks: usize,
     ) -> Unit {
+        let recorded = recorded_chunks.saturating_sub(first_chunk as usize);
         Unit {
             cursor,
             labels,
-            sealed_chunks: recorded_chunks.saturating_sub(1),
-            persisted_chunks: recorded_chunks,
+            first_chunk,
+            sealed_chunks: recorded.saturating_sub(1),
+            persisted_chunks: recorded,
             prefix,
             high_watermark: None,
             source_position: 0,
@@ -162,6 +192,8 @@ impl Unit {
             last_timestamp: None,
             records: 0,
             position_dirty: true,
+            data_loss: None,
+            beyond_end_since: None,
         }
     }
 }
@@ -176,6 +208,10 @@ struct Fetcher<'a> {
     producer: BaseProducer<DeliveryContext>,
     source_admin: AdminClient<DefaultClientContext>,
     state: StateWriter,
+    /// What the destination topic accepts.
+    limits: DestinationLimits,
+    /// Where source leader epochs end (asked when something looks wrong).
+    epochs: SourceEpochs,
     source_cluster_id: String,
     source_topic_id: Option<String>,
     units: BTreeMap<i32, Unit>,

@@ -1,7 +1,10 @@
 //! The poll loop: poll a batch from the source, decide every record's destination offset
-//! (new map segments are persisted before the records behind them), produce the batch, and
-//! between batches re-check the source range and identity, refresh the lag and persist
-//! positions.
+//! (new map segments are persisted before the records behind them), check each record against
+//! what the destination accepts, produce the batch, and between batches re-check the source
+//! range and identity, refresh the lag, prune the map below the source log start and persist
+//! positions. A consumer reset (librdkafka stops fetching a partition after an out-of-range
+//! offset or a detected log truncation) is judged partition by partition: re-position, wait,
+//! skip or report what retention deleted, or stop because the source diverged.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
@@ -9,34 +12,39 @@ use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{BorrowedMessage, Headers, Message, OwnedHeaders};
+use rdkafka::message::{BorrowedMessage, Message, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord};
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::delivery::{self, DeliveryContext, Pending};
+use super::delivery::{self, DeliveryContext, Pending, Target};
+use super::limits::DestinationLimits;
 use super::position::persist_map;
-use super::start_plan::{
-    SourceRange, check_cluster_id, check_source_range, check_topic_id, skip_source_gap,
-};
+use super::source_check::{Finding, Known, SourceLog, judge};
+use super::start_plan::{check_cluster_id, check_topic_id, skip_source_gap};
 use super::stop::Stop;
 use super::{ADMIN_TIMEOUT, Fetcher, Handles, Unit};
-use crate::config::FetcherConfig;
+use crate::config::{FetcherConfig, TruncationPolicy};
 use crate::cursor::Accept;
 use crate::metrics::FetcherMetrics;
 use crate::throttle::Throttle;
-use kmirror_state::kafka_record::timestamp_ms;
+use kmirror_state::kafka_record::{header_bytes, leader_epoch, set_leader_epoch, timestamp_ms};
 use kmirror_state::records::{FetcherStatus, now_ms};
 use kmirror_state::store::StateWriter;
+
+/// How long the source's high watermark may stay below the next offset, with nothing showing
+/// that its log still holds what was read from it, before that counts as divergence.
+const BEYOND_END_LIMIT: Duration = Duration::from_secs(30);
 
 const MAX_BATCH_RECORDS: usize = 5000;
 const MAX_BATCH_BYTES: usize = 16 * 1024 * 1024;
 
-/// A polled source record, its headers (parsed once: librdkafka re-parses on every call when a
-/// record has none) and its size.
+/// A polled source record, its headers (copied as they are, whatever their keys' encoding),
+/// its size and its source leader epoch (-1: unknown).
 struct Polled<'c> {
     message: BorrowedMessage<'c>,
     headers: Option<OwnedHeaders>,
     size: usize,
+    epoch: i32,
 }
 
 /// A check the consumer's errors call for.
@@ -64,21 +72,20 @@ fn poll_batch(consumer: &BaseConsumer, wait: Duration) -> Batch<'_> {
         match consumer.poll(timeout) {
             None => break,
             Some(Ok(message)) => {
-                let headers = message.headers().map(|h| {
-                    h.iter()
-                        .fold(OwnedHeaders::new_with_capacity(h.count()), |acc, h| {
-                            acc.insert(h)
-                        })
-                });
-                let size = message_size(&message, headers.as_ref());
+                let headers = message.headers().map(|h| h.detach());
+                let size = message_size(&message, headers.is_some());
+                let epoch = leader_epoch(&message).unwrap_or(-1);
                 bytes += size;
                 records.push(Polled {
                     message,
                     headers,
                     size,
+                    epoch,
                 });
             }
             Some(Err(KafkaError::MessageConsumption(RDKafkaErrorCode::AutoOffsetReset))) => {
+                // librdkafka stopped fetching a partition (offset out of range, or a log
+                // truncation it detected); which one it does not say.
                 check = Some(Check::SourceRange);
                 break;
             }
@@ -113,7 +120,10 @@ fn accept_batch(
             what: "record from",
             partition,
         })?;
-        let decision = unit.cursor.accept(polled.message.offset());
+        let decision = unit
+            .cursor
+            .accept(polled.message.offset(), polled.epoch)
+            .map_err(|source| Stop::OffsetMapOrder { partition, source })?;
         if let Accept::Produce { gap: true, .. } = decision {
             metrics.gaps.get_or_create(&unit.labels).inc();
             if !gaps.contains(&partition) {
@@ -142,17 +152,20 @@ fn persist_gaps(
     state.flush(ADMIN_TIMEOUT).map_err(Stop::WriteState)
 }
 
-/// Produces the records decided to be copied, honouring the throttle.
+/// Produces the records decided to be copied, honouring the throttle. A record the destination
+/// would refuse stops the batch before it is produced.
 fn produce_batch(
     producer: &BaseProducer<DeliveryContext>,
     units: &mut BTreeMap<i32, Unit>,
     handles: &Handles,
-    config: &FetcherConfig,
+    target: Target<'_>,
     throttle: &mut Option<Throttle>,
     records: Vec<Polled<'_>>,
     decisions: Vec<Accept>,
 ) -> Result<(), Stop> {
-    let topic = &config.destination_topic;
+    let topic = target.topic;
+    let limits: &DestinationLimits = target.limits;
+    let now = now_ms();
     for (polled, decision) in records.into_iter().zip(decisions) {
         let Accept::Produce { expected_dst, .. } = decision else {
             continue;
@@ -161,12 +174,23 @@ fn produce_batch(
             message: m,
             headers,
             size,
+            ..
         } = polled;
+        let timestamp = timestamp_ms(m.timestamp());
+        if let Err(why) = limits.check(size, timestamp, now) {
+            return Err(Stop::RecordRefused {
+                topic: topic.to_string(),
+                partition: m.partition(),
+                source_offset: m.offset(),
+                why,
+            });
+        }
         let pending = Box::new(Pending {
             partition: m.partition(),
             expected_dst,
+            source_offset: m.offset(),
             bytes: size,
-            timestamp: timestamp_ms(m.timestamp()),
+            timestamp,
         });
         let mut record = BaseRecord::<[u8], [u8], Box<Pending>>::with_opaque_to(topic, pending)
             .partition(m.partition());
@@ -179,16 +203,16 @@ fn produce_batch(
         if let Some(h) = headers {
             record = record.headers(h);
         }
-        if let Some(ts) = timestamp_ms(m.timestamp()) {
+        if let Some(ts) = timestamp {
             record = record.timestamp(ts);
         }
-        delivery::send(producer, units, handles, record)?;
+        delivery::send(producer, units, handles, target, record)?;
         if let Some(t) = throttle.as_mut() {
             let mut wait = t.take(size, Instant::now());
             while !wait.is_zero() {
                 let slice = wait.min(Duration::from_millis(50));
                 producer.poll(slice);
-                delivery::drain(producer, units, handles, topic)?;
+                delivery::drain(producer, units, handles, target)?;
                 wait -= slice;
             }
         }
@@ -196,14 +220,10 @@ fn produce_batch(
     Ok(())
 }
 
-fn message_size(m: &BorrowedMessage<'_>, headers: Option<&OwnedHeaders>) -> usize {
+fn message_size(m: &BorrowedMessage<'_>, has_headers: bool) -> usize {
     m.key().map_or(0, <[u8]>::len)
         + m.payload().map_or(0, <[u8]>::len)
-        + headers.map_or(0, |h| {
-            h.iter()
-                .map(|h| h.key.len() + h.value.map_or(0, <[u8]>::len))
-                .sum::<usize>()
-        })
+        + if has_headers { header_bytes(m) } else { 0 }
 }
 
 impl Fetcher<'_> {
@@ -211,14 +231,15 @@ impl Fetcher<'_> {
     pub(super) fn mirror(&mut self) -> Result<(), Stop> {
         let mut last_position = Instant::now();
         let mut last_refresh = Instant::now();
-        self.refresh_lag();
+        let _ = self.refresh_lag();
         while !self.handles.shutdown.load(Ordering::Relaxed) {
             self.handles.health.beat();
             self.mirror_once(Duration::from_millis(100))?;
             self.producer.poll(Duration::ZERO);
             self.drain_deliveries()?;
             if last_position.elapsed() >= self.config.position_interval {
-                self.refresh_lag();
+                let log_starts = self.refresh_lag();
+                self.prune_maps(&log_starts)?;
                 self.persist_positions(FetcherStatus::Running, None)?;
                 last_position = Instant::now();
             }
@@ -242,16 +263,21 @@ impl Fetcher<'_> {
                 config,
                 handles,
                 throttle,
+                limits,
                 ..
             } = self;
             let batch = poll_batch(consumer, wait);
             let (decisions, gaps) = accept_batch(units, &handles.metrics, &batch.records)?;
             persist_gaps(state, config, units, &gaps)?;
+            let target = Target {
+                topic: &config.destination_topic,
+                limits,
+            };
             produce_batch(
                 producer,
                 units,
                 handles,
-                config,
+                target,
                 throttle,
                 batch.records,
                 decisions,
@@ -268,52 +294,152 @@ impl Fetcher<'_> {
         }
     }
 
-    /// The consumer's position left the source log: find out which partition and why. Skipped
-    /// records (policy skip) re-position the consumer.
+    /// The consumer stopped fetching a partition (which one librdkafka does not say): judge each
+    /// partition from the source's watermarks and where the epoch of its last record ends, and
+    /// re-position every partition whose source still holds what was read from it. Never fetches
+    /// on from a position the source no longer agrees with.
     fn check_source_range(&mut self) -> Result<(), Stop> {
+        // Records delivered so far count as confirmed in what follows.
+        self.producer.poll(Duration::ZERO);
+        self.drain_deliveries()?;
         let partitions: Vec<i32> = self.units.keys().copied().collect();
         for p in partitions {
             let (low, high) = self.source_watermarks(p, ADMIN_TIMEOUT)?;
-            let next_src = self.units[&p].cursor.next_src;
-            let SourceRange::Skip { from, to } =
-                check_source_range(self.config, p, next_src, low, high)?
-            else {
-                continue;
+            let (next, known) = {
+                let c = &self.units[&p].cursor;
+                let known = c
+                    .last_accepted
+                    .filter(|&(_, e)| e >= 0)
+                    .map(|(offset, epoch)| Known { offset, epoch });
+                (c.next_src, known)
             };
-            let lost = Stop::SourceTruncated {
-                topic: self.config.source_topic.clone(),
-                partition: p,
-                next: from,
-                log_start: to,
-            };
+            let epoch_end = known.and_then(|k| {
+                self.epochs
+                    .end_of(&self.config.source_topic, p, k.epoch)
+                    .map(|e| e.end_offset)
+            });
+            let finding = judge(
+                next,
+                known,
+                &SourceLog {
+                    low,
+                    high,
+                    epoch_end,
+                },
+            );
             tracing::warn!(
                 partition = p,
-                lost = to - from,
-                "{lost}; continuing as configured"
+                next,
+                low,
+                high,
+                ?epoch_end,
+                ?finding,
+                "consumer reset"
             );
-            let unit = self.units.get_mut(&p).expect("owned partition");
-            skip_source_gap(&mut unit.cursor, to);
-            persist_map(&self.state, self.config, unit)?;
-            self.flush_state()?;
-            self.reposition(p, to)?;
+            match finding {
+                Finding::Covered => {
+                    self.units.get_mut(&p).expect("owned").beyond_end_since = None;
+                    self.reposition(p)?;
+                }
+                Finding::Behind => self.reposition(p)?,
+                Finding::BeyondEnd => {
+                    let unit = self.units.get_mut(&p).expect("owned");
+                    let since = *unit.beyond_end_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() >= BEYOND_END_LIMIT {
+                        let c = &unit.cursor;
+                        return Err(Stop::SourceDiverged {
+                            topic: self.config.source_topic.clone(),
+                            partition: p,
+                            source_from: high.max(low),
+                            source_to: next,
+                            destination_from: c.map.src_to_dst(high.max(low)),
+                            destination_to: c.next_dst,
+                            evidence: format!(
+                                "the source log has ended at {high} for {}s, below offset {next} \
+                                 that was read from it",
+                                since.elapsed().as_secs()
+                            ),
+                        });
+                    }
+                    std::thread::sleep(Duration::from_millis(500));
+                    self.reposition(p)?;
+                }
+                Finding::Lost { from, to } => match self.config.on_source_truncation {
+                    TruncationPolicy::Fail => {
+                        return Err(Stop::DataLoss {
+                            topic: self.config.source_topic.clone(),
+                            partition: p,
+                            next: from,
+                            log_start: to,
+                        });
+                    }
+                    TruncationPolicy::Skip => self.skip_lost(p, from, to)?,
+                },
+                Finding::Diverged { from, evidence } => {
+                    let c = &self.units[&p].cursor;
+                    return Err(Stop::SourceDiverged {
+                        topic: self.config.source_topic.clone(),
+                        partition: p,
+                        source_from: from,
+                        source_to: next,
+                        destination_from: c.map.src_to_dst(from),
+                        destination_to: c.next_dst,
+                        evidence,
+                    });
+                }
+            }
         }
         Ok(())
     }
 
-    /// Moves the consumer of partition `p` to source offset `next_src`.
-    fn reposition(&mut self, p: i32, next_src: i64) -> Result<(), Stop> {
+    /// Skips `[from, to)`, deleted on the source before it was copied (policy skip): the hole
+    /// goes into the map (persisted before anything after it is produced), the loss is counted
+    /// and noted, and the consumer continues at `to`.
+    fn skip_lost(&mut self, p: i32, from: i64, to: i64) -> Result<(), Stop> {
+        // Everything produced before the hole lands first, so that the hole's segment follows it.
+        self.flush_producer(Duration::from_secs(120))?;
+        let mut unit = self.units.remove(&p).expect("owned partition");
+        let skipped =
+            skip_source_gap(&mut unit.cursor, to).map_err(|source| Stop::OffsetMapOrder {
+                partition: p,
+                source,
+            });
+        if skipped.is_ok() {
+            self.note_data_loss(&mut unit, from, to);
+        }
+        let persisted = skipped.and_then(|_| persist_map(&self.state, self.config, &mut unit));
+        self.units.insert(p, unit);
+        persisted?;
+        self.flush_state()?;
+        self.reposition(p)
+    }
+
+    /// Moves the consumer of partition `p` to its cursor's next source offset (with the leader
+    /// epoch of the record before it, so that librdkafka validates the position), leaving the
+    /// other partitions' fetching as it is.
+    fn reposition(&mut self, p: i32) -> Result<(), Stop> {
         let topic = &self.config.source_topic;
         let assign = |source| Stop::AssignSource {
             topic: topic.clone(),
             source,
         };
+        let cursor = &self.units[&p].cursor;
+        let next_src = cursor.next_src;
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition_offset(topic, p, Offset::Offset(next_src))
             .map_err(assign)?;
-        self.consumer
-            .incremental_assign(&tpl)
-            .or_else(|_| self.consumer.assign(&tpl))
-            .map_err(assign)
+        if let Some((offset, epoch)) = cursor.last_accepted
+            && offset == next_src - 1
+            && epoch >= 0
+        {
+            set_leader_epoch(&mut tpl, topic, p, epoch);
+        }
+        // A partition librdkafka stopped fetching cannot be seeked: take it out of the
+        // assignment and put it back at the offset.
+        self.consumer.incremental_unassign(&tpl).map_err(assign)?;
+        self.consumer.incremental_assign(&tpl).map_err(assign)?;
+        tracing::info!(partition = p, next_src, "source consumer re-positioned");
+        Ok(())
     }
 
     /// The source must still be the recorded cluster and topic.
@@ -330,8 +456,9 @@ impl Fetcher<'_> {
     }
 
     /// Updates each partition's source position, high watermark and lag (metrics and the next
-    /// position record).
-    fn refresh_lag(&mut self) {
+    /// position record). Returns the source log starts it read.
+    fn refresh_lag(&mut self) -> BTreeMap<i32, i64> {
+        let mut log_starts = BTreeMap::new();
         let metrics = &self.handles.metrics;
         let positions: BTreeMap<i32, i64> = self
             .consumer
@@ -358,11 +485,12 @@ impl Fetcher<'_> {
                 unit.source_position = next;
                 unit.position_dirty = true;
             }
-            if let Ok((_, high)) = self.consumer.fetch_watermarks(
+            if let Ok((low, high)) = self.consumer.fetch_watermarks(
                 &self.config.source_topic,
                 *p,
                 Duration::from_secs(5),
             ) {
+                log_starts.insert(*p, low);
                 if unit.high_watermark != Some(high) {
                     unit.position_dirty = true;
                 }
@@ -385,5 +513,6 @@ impl Fetcher<'_> {
                 .get_or_create(&unit.labels)
                 .set(unit.cursor.last_mirrored_src);
         }
+        log_starts
     }
 }

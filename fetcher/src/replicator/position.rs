@@ -1,8 +1,11 @@
 //! Persisting progress to the state topic: position records and offset-map chunks (only the
-//! chunks that changed are rewritten).
+//! chunks that changed are rewritten, straight from the map's segments; chunks that cover only
+//! source offsets below the source log start are removed).
 
+use kmirror_state::records::MAP_CHUNK_SEGMENTS;
 use kmirror_state::records::{
-    FetcherError, FetcherStatus, PositionRecord, RecordKind, StateKey, map_to_chunks, now_ms,
+    FetcherError, FetcherStatus, PositionRecord, RecordKind, StateKey, map_chunk, map_chunk_count,
+    now_ms,
 };
 use kmirror_state::store::StateWriter;
 
@@ -11,23 +14,24 @@ use super::{Fetcher, Unit};
 use crate::config::FetcherConfig;
 
 impl Fetcher<'_> {
-    /// Enqueues the position record of `unit` (not flushed).
-    pub(super) fn write_position(
+    /// The position record of `unit`.
+    pub(super) fn position_record(
         &self,
         unit: &Unit,
         status: FetcherStatus,
         error: Option<FetcherError>,
-    ) -> Result<(), Stop> {
+    ) -> PositionRecord {
         let cursor = &unit.cursor;
-        let chunks = map_to_chunks(&cursor.map).len().max(unit.persisted_chunks) as u32;
-        let record = PositionRecord {
+        let chunks = map_chunk_count(&cursor.map).max(unit.persisted_chunks) as u32;
+        PositionRecord {
             source_cluster_id: self.source_cluster_id.clone(),
             source_topic_id: self.source_topic_id.clone(),
             destination_topic: self.config.destination_topic.clone(),
             last_mirrored_offset: cursor.last_mirrored_src,
             next_source_offset: cursor.confirmed_next_src(),
             destination_offset: cursor.confirmed_dst,
-            map_chunks: chunks,
+            map_chunks: unit.first_chunk + chunks,
+            map_first_chunk: unit.first_chunk,
             offsets_identical: cursor.map.is_identity(),
             prefix_alignment: unit.prefix,
             status,
@@ -37,13 +41,27 @@ impl Fetcher<'_> {
             lag_seconds: Some(unit.lag_seconds),
             records_mirrored: unit.records,
             writer: self.config.writer.clone(),
+            last_mirrored_leader_epoch: (cursor.last_mirrored_epoch >= 0
+                && cursor.last_mirrored_src >= 0)
+                .then_some(cursor.last_mirrored_epoch),
+            data_loss: unit.data_loss.clone(),
             updated_at_ms: now_ms(),
-        };
+        }
+    }
+
+    /// Enqueues the position record of `unit` (not flushed).
+    pub(super) fn write_position(
+        &self,
+        unit: &Unit,
+        status: FetcherStatus,
+        error: Option<FetcherError>,
+    ) -> Result<(), Stop> {
+        let record = self.position_record(unit, status, error);
         let key = StateKey::new(
             RecordKind::Position,
             &self.config.mirror,
             &self.config.source_topic,
-            cursor.partition,
+            unit.cursor.partition,
         );
         self.state
             .send(&key, Some(&record))
@@ -86,17 +104,90 @@ pub(super) fn persist_map(
     config: &FetcherConfig,
     unit: &mut Unit,
 ) -> Result<(), Stop> {
-    let chunks = map_to_chunks(&unit.cursor.map);
-    for (i, chunk) in chunks.iter().enumerate().skip(unit.sealed_chunks) {
+    let count = map_chunk_count(&unit.cursor.map);
+    for i in unit.sealed_chunks..count {
+        let chunk = map_chunk(&unit.cursor.map, i).expect("chunk below the count");
         let key = StateKey::map_chunk(
             &config.mirror,
             &config.source_topic,
             unit.cursor.partition,
-            i as u32,
+            unit.first_chunk + i as u32,
         );
-        state.send(&key, Some(chunk)).map_err(Stop::WriteState)?;
+        state.send(&key, Some(&chunk)).map_err(Stop::WriteState)?;
     }
-    unit.persisted_chunks = chunks.len();
-    unit.sealed_chunks = chunks.len().saturating_sub(1);
+    unit.persisted_chunks = count;
+    unit.sealed_chunks = count.saturating_sub(1);
     Ok(())
+}
+
+/// Rewrites every map chunk of `unit` after its map was cut back (the destination lost records),
+/// and removes the chunk records beyond it (not flushed).
+pub(super) fn rewrite_map(
+    state: &StateWriter,
+    config: &FetcherConfig,
+    unit: &mut Unit,
+) -> Result<(), Stop> {
+    let before = unit.persisted_chunks;
+    unit.sealed_chunks = 0;
+    persist_map(state, config, unit)?;
+    for i in unit.persisted_chunks..before {
+        let key = StateKey::map_chunk(
+            &config.mirror,
+            &config.source_topic,
+            unit.cursor.partition,
+            unit.first_chunk + i as u32,
+        );
+        state.send::<()>(&key, None).map_err(Stop::WriteState)?;
+    }
+    Ok(())
+}
+
+impl Fetcher<'_> {
+    /// Removes the sealed map chunks of partitions whose segments all lie below the source log
+    /// start (`log_starts` by partition): no record of theirs is left on the source to
+    /// translate. The positions naming the new first chunks are persisted before the chunk
+    /// records are deleted, so that a crash in between leaves a readable map.
+    pub(super) fn prune_maps(
+        &mut self,
+        log_starts: &std::collections::BTreeMap<i32, i64>,
+    ) -> Result<(), Stop> {
+        let mut removed: Vec<(i32, std::ops::Range<u32>)> = Vec::new();
+        for (p, unit) in self.units.iter_mut() {
+            let Some(&low) = log_starts.get(p) else {
+                continue;
+            };
+            let whole = unit.cursor.map.segments_below(low) / MAP_CHUNK_SEGMENTS;
+            let chunks = whole.min(unit.sealed_chunks);
+            if chunks == 0 {
+                continue;
+            }
+            unit.cursor.map.drop_first(chunks * MAP_CHUNK_SEGMENTS);
+            let first = unit.first_chunk;
+            unit.first_chunk += chunks as u32;
+            unit.sealed_chunks -= chunks;
+            unit.persisted_chunks -= chunks;
+            removed.push((*p, first..unit.first_chunk));
+        }
+        if removed.is_empty() {
+            return Ok(());
+        }
+        for (p, _) in &removed {
+            self.write_position(&self.units[p], FetcherStatus::Running, None)?;
+        }
+        self.flush_state()?;
+        for (p, chunks) in removed {
+            tracing::info!(
+                partition = p,
+                chunks = ?chunks,
+                "offset-map chunks below the source log start removed"
+            );
+            for i in chunks {
+                let key = StateKey::map_chunk(&self.config.mirror, &self.config.source_topic, p, i);
+                self.state
+                    .send::<()>(&key, None)
+                    .map_err(Stop::WriteState)?;
+            }
+        }
+        Ok(())
+    }
 }

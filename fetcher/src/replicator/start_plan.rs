@@ -6,6 +6,7 @@
 use kmirror_state::offset_map::OffsetMap;
 use kmirror_state::records::{PositionRecord, PrefixAlignment};
 
+use super::source_check::{Finding, Known, SourceLog, judge};
 use super::stop::Stop;
 use crate::config::{FetcherConfig, TruncationPolicy};
 use crate::cursor::Cursor;
@@ -74,6 +75,12 @@ pub(super) struct StartFacts {
     pub source_low: i64,
     /// Source high watermark.
     pub source_high: i64,
+    /// The destination log end the recorded position confirmed (`None`: nothing recorded).
+    pub recorded_confirmed: Option<i64>,
+    /// A mirrored record whose source leader epoch the recorded position names.
+    pub known: Option<Known>,
+    /// Where that epoch ends on the source now (`None`: not asked, or no answer).
+    pub epoch_end: Option<i64>,
 }
 
 /// How a partition starts.
@@ -118,6 +125,10 @@ pub(super) enum Then {
     /// Retention deleted records and the policy is to fail. Reported after the last-record
     /// check, so that a foreign write is named first.
     Fail(Stop),
+    /// The destination lost records this mirror had confirmed: the plan's cursor and map are
+    /// cut back to its log end, to be persisted before the stop is reported (the next start
+    /// then resumes there).
+    DestinationTruncated(Stop),
 }
 
 /// The destination record the last-record check compares, and the source record it must be the
@@ -185,14 +196,46 @@ pub(super) fn decide_start(config: &FetcherConfig, facts: &StartFacts) -> Result
         ),
         None => (Start::Identity, OffsetMap::identity(), None),
     };
+    if let Some(confirmed) = facts.recorded_confirmed
+        && facts.destination_end < confirmed
+    {
+        return Ok(destination_truncated(config, facts, confirmed, map, prefix));
+    }
     let mut cursor = Cursor::resume(partition, map, facts.destination_end);
-    if cursor.next_src > facts.source_high {
-        return Err(beyond_source_end(
-            config,
-            partition,
-            cursor.next_src,
-            facts.source_high,
-        ));
+    let log = SourceLog {
+        low: facts.source_low,
+        high: facts.source_high,
+        epoch_end: facts.epoch_end,
+    };
+    match judge(cursor.next_src, facts.known, &log) {
+        Finding::Diverged { from, evidence } => {
+            return Err(Stop::SourceDiverged {
+                topic: config.source_topic.clone(),
+                partition,
+                source_from: from,
+                source_to: cursor.next_src,
+                destination_from: cursor.map.src_to_dst(from),
+                destination_to: facts.destination_end,
+                evidence,
+            });
+        }
+        Finding::Behind => {
+            return Err(Stop::SourceBehind {
+                topic: config.source_topic.clone(),
+                partition,
+                next: cursor.next_src,
+                high: facts.source_high,
+            });
+        }
+        Finding::BeyondEnd => {
+            return Err(beyond_source_end(
+                config,
+                partition,
+                cursor.next_src,
+                facts.source_high,
+            ));
+        }
+        Finding::Covered | Finding::Lost { .. } => {}
     }
     let compare_last = last_copy(&cursor, prefix);
     let then = match prefix.filter(|p| !p.done) {
@@ -206,7 +249,8 @@ pub(super) fn decide_start(config: &FetcherConfig, facts: &StartFacts) -> Result
         ) {
             Ok(SourceRange::Covered) => Then::Mirror,
             Ok(SourceRange::Skip { from, to }) => {
-                skip_source_gap(&mut cursor, to);
+                skip_source_gap(&mut cursor, to)
+                    .map_err(|source| Stop::OffsetMapOrder { partition, source })?;
                 Then::SkipTruncated { from, to }
             }
             Err(stop) => Then::Fail(stop),
@@ -219,6 +263,37 @@ pub(super) fn decide_start(config: &FetcherConfig, facts: &StartFacts) -> Result
         compare_last,
         then,
     })
+}
+
+/// The plan for a destination that ends below what was confirmed: resume at its log end, with
+/// the map cut back to it and a prefix alignment that lost its placeholders to be done again.
+fn destination_truncated(
+    config: &FetcherConfig,
+    facts: &StartFacts,
+    confirmed: i64,
+    mut map: OffsetMap,
+    prefix: Option<PrefixAlignment>,
+) -> StartPlan {
+    map.truncate_to_dst(facts.destination_end);
+    let cursor = Cursor::resume(facts.partition, map, facts.destination_end);
+    let prefix = prefix.map(|p| PrefixAlignment {
+        target: p.target,
+        done: p.done && facts.destination_end >= p.target,
+    });
+    let stop = Stop::DestinationTruncated {
+        topic: config.destination_topic.clone(),
+        partition: facts.partition,
+        log_end: facts.destination_end,
+        confirmed,
+        resume_source: cursor.next_src,
+    };
+    StartPlan {
+        how: Start::Resume,
+        cursor,
+        prefix,
+        compare_last: None,
+        then: Then::DestinationTruncated(stop),
+    }
 }
 
 /// The last destination record and its source record, when the destination holds a copy to
@@ -270,7 +345,7 @@ pub(super) fn check_source_range(
     }
     if next_src < low {
         return match config.on_source_truncation {
-            TruncationPolicy::Fail => Err(Stop::SourceTruncated {
+            TruncationPolicy::Fail => Err(Stop::DataLoss {
                 topic: config.source_topic.clone(),
                 partition,
                 next: next_src,
@@ -287,9 +362,13 @@ pub(super) fn check_source_range(
 
 /// Moves the cursor over source offsets retention deleted: the next copied record is source
 /// `to`, at the next destination offset (a new map segment).
-pub(super) fn skip_source_gap(cursor: &mut Cursor, to: i64) {
-    cursor.map.record_gap(to, cursor.next_dst);
+pub(super) fn skip_source_gap(
+    cursor: &mut Cursor,
+    to: i64,
+) -> Result<(), kmirror_state::offset_map::MapOrderError> {
+    cursor.map.record_gap(to, cursor.next_dst)?;
     cursor.next_src = to;
+    Ok(())
 }
 
 fn beyond_source_end(config: &FetcherConfig, partition: i32, next_src: i64, high: i64) -> Stop {
@@ -376,7 +455,7 @@ mod tests {
 
     fn gap_at(src: i64, dst: i64) -> OffsetMap {
         let mut map = OffsetMap::identity();
-        map.record_gap(src, dst);
+        map.record_gap(src, dst).unwrap();
         map
     }
 
@@ -393,7 +472,9 @@ mod tests {
                     Then::Mirror => Next::Mirror,
                     Then::AlignPrefix { target } => Next::Align(target),
                     Then::SkipTruncated { from, to } => Next::Skip(from, to),
-                    Then::Fail(stop) => Next::Fail(stop.reason()),
+                    Then::Fail(stop) | Then::DestinationTruncated(stop) => {
+                        Next::Fail(stop.reason())
+                    }
                 },
             ),
         }
@@ -428,7 +509,7 @@ mod tests {
             ("destination beyond the source end",
              recorded(id(), None), 120, (0, 100), 1000, Fail, Refused(StopReason::ForeignWrite)),
             ("source truncated, policy fail: after the last-record check",
-             recorded(id(), None), 42, (60, 100), 1000, Fail, Plan(Start::Resume, 42, 42, Some((41, 41)), Next::Fail(StopReason::SourceTruncated))),
+             recorded(id(), None), 42, (60, 100), 1000, Fail, Plan(Start::Resume, 42, 42, Some((41, 41)), Next::Fail(StopReason::DataLoss))),
             ("source truncated, policy skip: a gap to the log start",
              recorded(id(), None), 42, (60, 100), 1000, Skip, Plan(Start::Resume, 60, 42, Some((41, 41)), Next::Skip(42, 60))),
             ("source starts exactly at the next offset",
@@ -455,14 +536,115 @@ mod tests {
         {
             let facts = StartFacts {
                 partition: 0,
+                recorded_confirmed: recorded.as_ref().map(|_| destination_end),
                 recorded,
                 destination_end,
                 source_low,
                 source_high,
+                known: None,
+                epoch_end: None,
             };
             let result = decide_start(&config(limit, policy), &facts);
             assert_eq!(outcome(result), expect, "{name}");
         }
+    }
+
+    /// The fields the older tables do not set.
+    fn facts_rest() -> StartFacts {
+        StartFacts {
+            partition: 0,
+            recorded: None,
+            destination_end: 0,
+            source_low: 0,
+            source_high: 0,
+            recorded_confirmed: None,
+            known: None,
+            epoch_end: None,
+        }
+    }
+
+    #[test]
+    fn a_source_that_diverged_or_a_destination_that_lost_records() {
+        let known = |offset, epoch| Some(Known { offset, epoch });
+        let id = || recorded(OffsetMap::identity(), None);
+        #[rustfmt::skip]
+        let table: Vec<(&str, StartFacts, Expect)> = vec![
+            ("recorded epoch still holds",
+             StartFacts { recorded: id(), recorded_confirmed: Some(15), destination_end: 15, source_high: 15, known: known(14, 3), epoch_end: Some(15), ..facts_rest() },
+             Plan(Start::Resume, 15, 15, Some((14, 14)), Next::Mirror)),
+            ("unclean election replaced 10..14 while stopped",
+             StartFacts { recorded: id(), recorded_confirmed: Some(15), destination_end: 15, source_high: 15, known: known(14, 3), epoch_end: Some(10), ..facts_rest() },
+             Refused(StopReason::SourceDiverged)),
+            ("diverged and shorter: named as divergence, not a foreign write",
+             StartFacts { recorded: id(), recorded_confirmed: Some(15), destination_end: 15, source_high: 12, known: known(14, 3), epoch_end: Some(10), ..facts_rest() },
+             Refused(StopReason::SourceDiverged)),
+            ("new leader's watermark behind, its log agrees: retried",
+             StartFacts { recorded: id(), recorded_confirmed: Some(15), destination_end: 15, source_high: 12, known: known(14, 3), epoch_end: Some(15), ..facts_rest() },
+             Refused(StopReason::Error)),
+            ("beyond the source end, nothing known",
+             StartFacts { recorded: id(), recorded_confirmed: Some(15), destination_end: 15, source_high: 12, ..facts_rest() },
+             Refused(StopReason::ForeignWrite)),
+            ("destination recreated: cut back and reported",
+             StartFacts { recorded: id(), recorded_confirmed: Some(100), destination_end: 0, source_high: 100, ..facts_rest() },
+             Plan(Start::Resume, 0, 0, None, Next::Fail(StopReason::DestinationTruncated))),
+            ("destination lost its last records",
+             StartFacts { recorded: id(), recorded_confirmed: Some(100), destination_end: 90, source_high: 100, ..facts_rest() },
+             Plan(Start::Resume, 90, 90, None, Next::Fail(StopReason::DestinationTruncated))),
+            ("destination ahead of the recorded position (records after the last position write)",
+             StartFacts { recorded: id(), recorded_confirmed: Some(90), destination_end: 100, source_high: 100, ..facts_rest() },
+             Plan(Start::Resume, 100, 100, Some((99, 99)), Next::Mirror)),
+        ];
+        for (name, facts, expect) in table {
+            let result = decide_start(&config(1000, Fail), &facts);
+            assert_eq!(outcome(result), expect, "{name}");
+        }
+    }
+
+    #[test]
+    fn a_truncated_destination_cuts_the_map_and_the_alignment_back() {
+        let mut map = OffsetMap::identity();
+        map.record_gap(350, 340).unwrap();
+        let facts = StartFacts {
+            recorded: recorded(map, Some((300, true))),
+            recorded_confirmed: Some(400),
+            destination_end: 0,
+            source_low: 300,
+            source_high: 500,
+            ..facts_rest()
+        };
+        let plan = decide_start(&config(1000, Fail), &facts).unwrap();
+        assert_eq!(plan.cursor.map, OffsetMap::identity());
+        assert_eq!(
+            plan.prefix,
+            Some(PrefixAlignment {
+                target: 300,
+                done: false
+            }),
+            "the placeholders went with the records: align again"
+        );
+        let Then::DestinationTruncated(stop) = plan.then else {
+            panic!("a destination truncation");
+        };
+        let message = stop.to_string();
+        assert!(message.contains("ends at offset 0"), "{message}");
+        assert!(message.contains("offsets 0–399"), "{message}");
+        let facts = StartFacts {
+            recorded: recorded(OffsetMap::identity(), None),
+            recorded_confirmed: Some(15),
+            destination_end: 15,
+            source_high: 15,
+            known: Some(Known {
+                offset: 14,
+                epoch: 3,
+            }),
+            epoch_end: Some(10),
+            ..facts_rest()
+        };
+        let message = decide_start(&config(1000, Fail), &facts)
+            .unwrap_err()
+            .to_string();
+        assert!(message.contains("source offsets 10–14"), "{message}");
+        assert!(message.contains("destination offsets 10–14"), "{message}");
     }
 
     #[test]
@@ -473,6 +655,7 @@ mod tests {
             destination_end: 42,
             source_low: 60,
             source_high: 100,
+            ..facts_rest()
         };
         let plan = decide_start(&config(1000, Skip), &facts).unwrap();
         assert_eq!(plan.cursor.map.src_to_dst(60), 42);
@@ -489,6 +672,7 @@ mod tests {
             destination_end: 7,
             source_low: 0,
             source_high: 10,
+            ..facts_rest()
         };
         let message = decide_start(&config(1000, Fail), &facts)
             .unwrap_err()
@@ -503,6 +687,7 @@ mod tests {
             destination_end: 120,
             source_low: 0,
             source_high: 100,
+            ..facts_rest()
         };
         let message = decide_start(&config(1000, Fail), &facts)
             .unwrap_err()
@@ -545,7 +730,7 @@ mod tests {
             ("at the log start", 60, (60, 100), Fail, Ok(SourceRange::Covered)),
             ("beyond the log end", 101, (0, 100), Fail, Err(StopReason::ForeignWrite)),
             ("beyond the log end, skip policy", 101, (0, 100), Skip, Err(StopReason::ForeignWrite)),
-            ("below the log start, fail", 40, (60, 100), Fail, Err(StopReason::SourceTruncated)),
+            ("below the log start, fail", 40, (60, 100), Fail, Err(StopReason::DataLoss)),
             ("below the log start, skip", 40, (60, 100), Skip, Ok(SourceRange::Skip { from: 40, to: 60 })),
             ("log emptied by retention, skip", 40, (100, 100), Skip, Ok(SourceRange::Skip { from: 40, to: 100 })),
         ];

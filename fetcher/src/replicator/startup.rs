@@ -1,5 +1,6 @@
-//! Start-up: create the clients, check the source identity, and prepare every owned partition —
-//! settle on the destination log end, read the source watermarks, decide the start
+//! Start-up: read what the destination topic accepts, create the clients, check the source
+//! identity, and prepare every owned partition — settle on the destination log end, read the
+//! source watermarks and where the recorded record's leader epoch ends, decide the start
 //! ([`start_plan`](super::start_plan)), record a first start, check the last copied record, skip
 //! or refuse what retention deleted, align the prefix — then assign the consumer.
 
@@ -7,7 +8,8 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use kmirror_crds::v1alpha1::PartitionState;
-use rdkafka::admin::{AdminClient, AdminOptions};
+use rdkafka::ClientConfig;
+use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -15,8 +17,14 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord};
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::clients::{cluster_config, producer_config, source_consumer_config};
+use super::clients::{
+    cluster_config, producer_compresses, producer_config, source_consumer_config,
+};
 use super::delivery::{self, DeliveryContext, Pending};
+use super::epochs::SourceEpochs;
+use super::limits::DestinationLimits;
+use super::position::rewrite_map;
+use super::source_check::Known;
 use super::start_plan::{
     LastCopy, Recorded, Start, StartFacts, Then, check_recorded_identity, decide_start,
 };
@@ -26,12 +34,61 @@ use crate::config::FetcherConfig;
 use crate::cursor::Cursor;
 use crate::throttle::Throttle;
 use kmirror_state::kafka_admin::describe_topics;
-use kmirror_state::kafka_record::{PLACEHOLDER_HEADER, read_record_at};
-use kmirror_state::records::{FetcherStatus, PartitionRecords, PrefixAlignment};
+use kmirror_state::kafka_record::{
+    PLACEHOLDER_HEADER, PLACEHOLDER_KEY, read_record_at, set_leader_epoch,
+};
+use kmirror_state::records::{
+    DataLossRecord, FetcherStatus, PartitionRecords, PrefixAlignment, now_ms,
+};
 use kmirror_state::store::{self, StateWriter};
 
 /// Times the destination log end is read while it still moves before giving up.
 const SETTLE_ATTEMPTS: usize = 30;
+
+/// Times a source topic must be reported missing, a second apart, before it counts as deleted
+/// (a broker that has not learnt of the topic yet answers "unknown" too).
+const MISSING_CONFIRMATIONS: usize = 3;
+
+/// What the destination topic accepts, from its effective configs (broker defaults included).
+/// Without an answer nothing is checked before producing and the destination's refusals decide.
+fn destination_limits(config: &FetcherConfig, destination: &ClientConfig) -> DestinationLimits {
+    let compressing = producer_compresses(config);
+    let unknown = DestinationLimits::from_configs([], compressing);
+    let topic = &config.destination_topic;
+    let admin: AdminClient<DefaultClientContext> = match destination.create() {
+        Ok(a) => a,
+        Err(e) => {
+            tracing::warn!(%topic, "cannot read the destination topic's limits: {e}");
+            return unknown;
+        }
+    };
+    let options = AdminOptions::new().request_timeout(Some(ADMIN_TIMEOUT));
+    let described = futures::executor::block_on(
+        admin.describe_configs([&ResourceSpecifier::Topic(topic)], &options),
+    );
+    match described.map(|mut r| r.pop()) {
+        Ok(Some(Ok(resource))) => {
+            let limits = DestinationLimits::from_configs(
+                resource
+                    .entries
+                    .iter()
+                    .map(|e| (e.name.as_str(), e.value.as_deref())),
+                compressing,
+            );
+            tracing::info!(%topic, ?limits, "destination topic limits");
+            limits
+        }
+        Ok(Some(Err(code))) => {
+            tracing::warn!(%topic, ?code, "cannot read the destination topic's limits");
+            unknown
+        }
+        Ok(None) => unknown,
+        Err(e) => {
+            tracing::warn!(%topic, "cannot read the destination topic's limits: {e}");
+            unknown
+        }
+    }
+}
 
 impl<'a> Fetcher<'a> {
     /// Creates the clients, prepares every owned partition and assigns the consumer.
@@ -41,6 +98,7 @@ impl<'a> Fetcher<'a> {
     ) -> Result<Fetcher<'a>, Stop> {
         let source_config = source_consumer_config(config)?;
         let destination_config = cluster_config(config, Side::Destination)?;
+        let limits = destination_limits(config, &destination_config);
         let consumer: BaseConsumer =
             source_config
                 .create()
@@ -48,7 +106,7 @@ impl<'a> Fetcher<'a> {
                     client: "source consumer",
                     source,
                 })?;
-        let producer: BaseProducer<DeliveryContext> = producer_config(config)?
+        let producer: BaseProducer<DeliveryContext> = producer_config(config, &limits)?
             .create_with_context(DeliveryContext::default())
             .map_err(|source| Stop::CreateClient {
                 client: "destination producer",
@@ -66,9 +124,12 @@ impl<'a> Fetcher<'a> {
             .client()
             .fetch_cluster_id(ADMIN_TIMEOUT)
             .ok_or(Stop::FetchSourceClusterId)?;
+        let epochs = SourceEpochs::new(&source_config);
         let mut fetcher = Fetcher {
             config,
             handles,
+            limits,
+            epochs,
             source_config,
             destination_config,
             consumer,
@@ -117,6 +178,14 @@ impl<'a> Fetcher<'a> {
                 Offset::Offset(unit.cursor.next_src),
             )
             .map_err(assign)?;
+            // With the epoch of the record just before, librdkafka validates the position
+            // against the leader before fetching (and after every leader change).
+            if let Some((offset, epoch)) = unit.cursor.last_accepted
+                && offset == unit.cursor.next_src - 1
+                && epoch >= 0
+            {
+                set_leader_epoch(&mut tpl, &config.source_topic, *p, epoch);
+            }
         }
         fetcher.consumer.assign(&tpl).map_err(assign)?;
         for unit in fetcher.units.values_mut() {
@@ -139,19 +208,24 @@ impl<'a> Fetcher<'a> {
     }
 
     /// Describes the source topic: it must exist with every owned partition. Returns its topic
-    /// ID (checked against the recorded one by the caller).
+    /// ID (checked against the recorded one by the caller). A topic reported missing is asked
+    /// about again before it counts as deleted.
     pub(super) fn describe_source(&self) -> Result<Option<String>, Stop> {
         let topic = &self.config.source_topic;
-        let description = describe_topics(self.source_admin.inner(), &[topic], ADMIN_TIMEOUT)
-            .map_err(|source| Stop::DescribeSourceTopic {
-                topic: topic.clone(),
-                source,
-            })?
-            .pop()
-            .flatten()
-            .ok_or_else(|| Stop::SourceTopicDeleted {
-                topic: topic.clone(),
-            })?;
+        let description = confirm_missing(
+            || {
+                describe_topics(self.source_admin.inner(), &[topic], ADMIN_TIMEOUT)
+                    .map(|mut d| d.pop().flatten())
+                    .map_err(|source| Stop::DescribeSourceTopic {
+                        topic: topic.clone(),
+                        source,
+                    })
+            },
+            Duration::from_secs(2),
+        )?
+        .ok_or_else(|| Stop::SourceTopicDeleted {
+            topic: topic.clone(),
+        })?;
         if let Some(&partition) = self
             .config
             .partitions
@@ -243,7 +317,18 @@ impl<'a> Fetcher<'a> {
         recorded: &PartitionRecords,
     ) -> Result<(), Stop> {
         let config = self.config;
-        let position = recorded.position.as_ref();
+        // A position without a source cluster ID was never a start (older fetchers wrote one
+        // when a first start failed): it is no record of anything.
+        let position = recorded
+            .position
+            .as_ref()
+            .filter(|p| !p.source_cluster_id.is_empty());
+        if recorded.position.is_some() && position.is_none() {
+            tracing::warn!(
+                partition,
+                "ignoring a position recorded without a source cluster ID (a failed first start)"
+            );
+        }
         check_recorded_identity(
             &config.source_topic,
             position,
@@ -261,12 +346,27 @@ impl<'a> Fetcher<'a> {
             }),
             None => None,
         };
+        let known = position.and_then(|p| {
+            let epoch = p.last_mirrored_leader_epoch?;
+            (p.last_mirrored_offset >= 0).then_some(Known {
+                offset: p.last_mirrored_offset,
+                epoch,
+            })
+        });
+        let epoch_end = known.and_then(|k| {
+            self.epochs
+                .end_of(&config.source_topic, partition, k.epoch)
+                .map(|e| e.end_offset)
+        });
         let facts = StartFacts {
             partition,
             recorded: recorded_start,
             destination_end,
             source_low,
             source_high,
+            recorded_confirmed: position.map(|p| p.destination_offset),
+            known,
+            epoch_end,
         };
         let plan = decide_start(config, &facts)?;
         if let Start::Translated { from } = plan.how {
@@ -279,10 +379,18 @@ impl<'a> Fetcher<'a> {
         }
         let first_start = plan.first_start();
         let recorded_chunks = position.map_or(0, |p| p.map_chunks as usize);
+        let first_chunk = position.map_or(0, |p| p.map_first_chunk);
+        let cursor = match position {
+            Some(p) => plan
+                .cursor
+                .with_last_epoch(p.last_mirrored_offset, p.last_mirrored_leader_epoch),
+            None => plan.cursor,
+        };
         let mut unit = Unit::new(
-            plan.cursor,
+            cursor,
             self.labels(partition),
             plan.prefix,
+            first_chunk,
             recorded_chunks,
         );
         if first_start {
@@ -297,18 +405,16 @@ impl<'a> Fetcher<'a> {
         match plan.then {
             Then::Mirror => {}
             Then::Fail(stop) => return Err(stop),
+            Then::DestinationTruncated(stop) => {
+                // Resume where the destination ends now: the cut-back map and position first.
+                tracing::warn!(partition, "{stop}");
+                rewrite_map(&self.state, config, &mut unit)?;
+                self.write_position(&unit, FetcherStatus::Failed, Some(stop.to_record()))?;
+                self.flush_state()?;
+                return Err(stop);
+            }
             Then::SkipTruncated { from, to } => {
-                let lost = Stop::SourceTruncated {
-                    topic: config.source_topic.clone(),
-                    partition,
-                    next: from,
-                    log_start: to,
-                };
-                tracing::warn!(
-                    partition,
-                    lost = to - from,
-                    "{lost}; continuing as configured"
-                );
+                self.note_data_loss(&mut unit, from, to);
                 self.write_map(&mut unit)?;
                 self.flush_state()?;
             }
@@ -319,6 +425,37 @@ impl<'a> Fetcher<'a> {
         }
         self.units.insert(partition, unit);
         Ok(())
+    }
+
+    /// Records that `[from, to)` was deleted on the source before it was copied and is skipped
+    /// by policy: a warning, the data-loss counter, and a note in the position for the
+    /// operator's Event.
+    pub(super) fn note_data_loss(&self, unit: &mut Unit, from: i64, to: i64) {
+        let lost = Stop::DataLoss {
+            topic: self.config.source_topic.clone(),
+            partition: unit.cursor.partition,
+            next: from,
+            log_start: to,
+        };
+        let message = format!("{lost}; skipped as configured");
+        tracing::warn!(
+            partition = unit.cursor.partition,
+            lost = to - from,
+            "{message}"
+        );
+        self.handles
+            .metrics
+            .data_loss_records
+            .get_or_create(&unit.labels)
+            .inc_by((to - from) as u64);
+        unit.data_loss = Some(DataLossRecord {
+            from_offset: from,
+            to_offset: to,
+            records: to - from,
+            message,
+            at_ms: now_ms(),
+        });
+        unit.position_dirty = true;
     }
 
     /// The last destination record must be the copy of its source record; anything else was
@@ -390,19 +527,32 @@ impl<'a> Fetcher<'a> {
                 break;
             }
             let expected = unit.cursor.accept_placeholder();
-            let record = BaseRecord::<(), [u8], Box<Pending>>::with_opaque_to(
+            // A keyed tombstone: a compacted destination refuses records without a key, and
+            // removes tombstones itself where DeleteRecords is not allowed.
+            let record = BaseRecord::<[u8], [u8], Box<Pending>>::with_opaque_to(
                 topic,
                 Box::new(Pending {
                     partition,
                     expected_dst: expected,
+                    source_offset: -1,
                     bytes: 0,
                     timestamp: None,
                 }),
             )
             .partition(partition)
-            .payload(&[][..])
+            .key(PLACEHOLDER_KEY)
             .headers(headers.clone());
-            delivery::send(&self.producer, &mut self.units, self.handles, record)?;
+            let target = delivery::Target {
+                topic,
+                limits: &self.limits,
+            };
+            delivery::send(
+                &self.producer,
+                &mut self.units,
+                self.handles,
+                target,
+                record,
+            )?;
             self.producer.poll(Duration::ZERO);
             self.drain_deliveries()?;
         }
@@ -424,15 +574,142 @@ impl<'a> Fetcher<'a> {
         tpl.add_partition_offset(topic, partition, Offset::Offset(target))
             .map_err(delete_failed)?;
         let options = AdminOptions::new().operation_timeout(Some(ADMIN_TIMEOUT));
-        futures::executor::block_on(admin.delete_records(&tpl, &options)).map_err(delete_failed)?;
+        let deleted = futures::executor::block_on(admin.delete_records(&tpl, &options))
+            .map_err(delete_failed)?;
+        let answer = deleted
+            .elements()
+            .iter()
+            .find(|e| e.partition() == partition)
+            .map(|e| match e.error() {
+                Ok(()) => None,
+                Err(err) => Some(
+                    err.rdkafka_error_code()
+                        .unwrap_or(RDKafkaErrorCode::Unknown),
+                ),
+            });
+        match placeholders_deleted(answer) {
+            Deleted::Yes => {}
+            Deleted::NotAllowed(code) => tracing::warn!(
+                partition,
+                target,
+                ?code,
+                "the destination refuses DeleteRecords (POLICY_VIOLATION: cleanup.policy without \
+                 delete); the placeholders below offset {target} stay, as tombstones of key \
+                 {PLACEHOLDER_HEADER}, until compaction removes them"
+            ),
+            Deleted::Failed(code) => {
+                return Err(Stop::DeletePlaceholders {
+                    topic: topic.clone(),
+                    partition,
+                    offset: target,
+                    code,
+                });
+            }
+        }
         let unit = self
             .units
             .get_mut(&partition)
             .expect("unit inserted before alignment");
         unit.prefix = Some(PrefixAlignment { target, done: true });
-        unit.cursor = Cursor::resume(partition, unit.cursor.map.clone(), target);
+        let map = std::mem::take(&mut unit.cursor.map);
+        unit.cursor = Cursor::resume(partition, map, target);
         self.write_position(&self.units[&partition], FetcherStatus::Running, None)?;
         self.flush_state()?;
         Ok(())
+    }
+}
+
+/// What a DeleteRecords answer for the placeholders' partition means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Deleted {
+    /// Deleted: the destination log starts at the target.
+    Yes,
+    /// The topic does not allow deleting records (compact-only): the placeholders stay.
+    NotAllowed(RDKafkaErrorCode),
+    /// The partition's deletion failed (retried by the next start).
+    Failed(RDKafkaErrorCode),
+}
+
+/// Reads the partition's result of a DeleteRecords call: `None` when it is missing from the
+/// answer, `Some(None)` for success, `Some(Some(code))` for its error.
+fn placeholders_deleted(answer: Option<Option<RDKafkaErrorCode>>) -> Deleted {
+    match answer {
+        Some(None) => Deleted::Yes,
+        Some(Some(RDKafkaErrorCode::PolicyViolation)) => {
+            Deleted::NotAllowed(RDKafkaErrorCode::PolicyViolation)
+        }
+        Some(Some(code)) => Deleted::Failed(code),
+        None => Deleted::Failed(RDKafkaErrorCode::UnknownPartition),
+    }
+}
+
+/// Runs `describe` until it finds the topic, or has found it missing `MISSING_CONFIRMATIONS`
+/// times in a row, `pause` apart. Errors end the wait at once.
+fn confirm_missing<T>(
+    mut describe: impl FnMut() -> Result<Option<T>, Stop>,
+    pause: Duration,
+) -> Result<Option<T>, Stop> {
+    for attempt in 1..=MISSING_CONFIRMATIONS {
+        if let Some(found) = describe()? {
+            return Ok(Some(found));
+        }
+        if attempt < MISSING_CONFIRMATIONS {
+            tracing::warn!(
+                attempt,
+                "the source reports the topic missing; asking again"
+            );
+            std::thread::sleep(pause);
+        }
+    }
+    Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// name, answers in turn → result, questions asked
+    type MissingRow = (&'static str, Vec<Option<u8>>, Option<u8>, usize);
+
+    #[test]
+    fn a_topic_reported_missing_once_is_not_deleted() {
+        #[rustfmt::skip]
+        let table: Vec<MissingRow> = vec![
+            // name, answers in turn → result, questions asked
+            ("found at once", vec![Some(1)], Some(1), 1),
+            ("missing once, then found", vec![None, Some(1)], Some(1), 2),
+            ("missing twice, then found", vec![None, None, Some(1)], Some(1), 3),
+            ("missing every time", vec![None, None, None, Some(1)], None, 3),
+        ];
+        for (name, answers, expect, asked) in table {
+            let mut answers = answers.into_iter();
+            let mut n = 0;
+            let result = confirm_missing(
+                || {
+                    n += 1;
+                    Ok(answers.next().flatten())
+                },
+                Duration::ZERO,
+            )
+            .unwrap();
+            assert_eq!((result, n), (expect, asked), "{name}");
+        }
+    }
+
+    #[test]
+    fn delete_records_answers() {
+        use RDKafkaErrorCode as C;
+        #[rustfmt::skip]
+        let table = [
+            // the partition's answer → meaning
+            (Some(None), Deleted::Yes),
+            (Some(Some(C::PolicyViolation)), Deleted::NotAllowed(C::PolicyViolation)),
+            (Some(Some(C::NotLeaderForPartition)), Deleted::Failed(C::NotLeaderForPartition)),
+            (Some(Some(C::TopicAuthorizationFailed)), Deleted::Failed(C::TopicAuthorizationFailed)),
+            (None, Deleted::Failed(C::UnknownPartition)),
+        ];
+        for (answer, expect) in table {
+            assert_eq!(placeholders_deleted(answer), expect, "{answer:?}");
+        }
     }
 }

@@ -7,10 +7,13 @@ use std::time::Duration;
 
 use kmirror_state::connection::ConnectionError;
 use kmirror_state::kafka_admin::AdminError;
+use kmirror_state::offset_map::MapOrderError;
 use kmirror_state::records::{FetcherError, StopReason};
 use kmirror_state::store::StateError;
 use rdkafka::error::KafkaError;
 use thiserror::Error;
+
+use super::limits::Refusal;
 
 /// One of the two clusters of a mirror.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -187,6 +190,47 @@ pub enum Stop {
         #[source]
         source: KafkaError,
     },
+    /// The destination refused to delete the placeholders of one partition.
+    #[error(
+        "deleting the placeholders of {topic}[{partition}] below offset {offset}: the destination \
+         answered {code:?}"
+    )]
+    DeletePlaceholders {
+        /// The destination topic.
+        topic: String,
+        /// The partition.
+        partition: i32,
+        /// The new log start.
+        offset: i64,
+        /// The partition's error.
+        code: rdkafka::error::RDKafkaErrorCode,
+    },
+    /// A new offset-map segment would break the map's order (a fetcher defect, or a map that
+    /// does not belong to this destination).
+    #[error("partition {partition}: {source}")]
+    OffsetMapOrder {
+        /// The partition.
+        partition: i32,
+        /// The refused segment.
+        #[source]
+        source: MapOrderError,
+    },
+    /// The source's high watermark is below the next offset while its log still holds what was
+    /// mirrored (a new leader not caught up yet).
+    #[error(
+        "the source high watermark of {topic}[{partition}] is {high}, below the next offset \
+         {next} although the source still holds the records mirrored: waiting for it"
+    )]
+    SourceBehind {
+        /// The source topic.
+        topic: String,
+        /// The partition.
+        partition: i32,
+        /// The next source offset to copy.
+        next: i64,
+        /// The source high watermark.
+        high: i64,
+    },
     /// The consumer or the producer reported a partition this process does not own.
     #[error("{what} partition {partition}, which this fetcher does not own")]
     UnownedPartition {
@@ -224,13 +268,16 @@ pub enum Stop {
         /// The source topic.
         topic: String,
     },
-    /// Retention deleted source records before they were mirrored.
+    /// The source deleted records (retention, DeleteRecords) before they were mirrored.
     #[error(
-        "source {topic}[{partition}] now starts at offset {log_start}, but offsets {next}..{log_start} \
-         were never mirrored ({} records deleted by retention before they were copied)",
+        "source offsets {next}–{} of {topic}[{partition}] were deleted on the source (retention \
+         or DeleteRecords) before they were mirrored ({} records): the destination will never \
+         have them; raise retention.ms/retention.bytes of {topic} so that the mirror does not \
+         fall this far behind",
+        log_start - 1,
         log_start - next
     )]
-    SourceTruncated {
+    DataLoss {
         /// The source topic.
         topic: String,
         /// The partition.
@@ -283,6 +330,100 @@ pub enum Stop {
         /// The source offset it should be the copy of.
         source_offset: i64,
     },
+    /// The destination log ends below what this mirror had confirmed writing: the destination
+    /// lost records (an unclean leader election there, or the topic recreated). Resuming from its
+    /// log end is safe: the lost records are copied again.
+    #[error(
+        "destination {topic}[{partition}] ends at offset {log_end} but offsets {log_end}–{} were \
+         confirmed written ({} records lost on the destination: an unclean leader election there, \
+         or the topic recreated); they are copied again from source offset {resume_source}",
+        confirmed - 1,
+        confirmed - log_end
+    )]
+    DestinationTruncated {
+        /// The destination topic.
+        topic: String,
+        /// The partition.
+        partition: i32,
+        /// The destination log end now.
+        log_end: i64,
+        /// The destination log end this mirror had confirmed.
+        confirmed: i64,
+        /// Where copying resumes.
+        resume_source: i64,
+    },
+    /// A delivered record landed below the offset it had to get: the destination lost records.
+    #[error(
+        "destination {topic}[{partition}]: a record expected at offset {expected} landed at \
+         {actual}, below it: the destination lost records it had confirmed (an unclean leader \
+         election there, or the topic recreated)"
+    )]
+    LandedBelow {
+        /// The destination topic.
+        topic: String,
+        /// The partition.
+        partition: i32,
+        /// The offset the record had to get.
+        expected: i64,
+        /// The offset the broker assigned.
+        actual: i64,
+    },
+    /// The source no longer holds records that were mirrored: they were replaced (an unclean
+    /// leader election) or lost.
+    #[error(
+        "source offsets {source_from}–{} of {topic}[{partition}] were replaced on the source after \
+         an unclean leader election ({evidence}); destination offsets {destination_from}–{} hold \
+         the old records: keep the destination (fail over) or recreate the destination topic and \
+         retry",
+        source_to - 1,
+        destination_to - 1
+    )]
+    SourceDiverged {
+        /// The source topic.
+        topic: String,
+        /// The partition.
+        partition: i32,
+        /// First source offset that differs.
+        source_from: i64,
+        /// One past the last source offset mirrored.
+        source_to: i64,
+        /// First destination offset holding an old record.
+        destination_from: i64,
+        /// One past the last destination offset holding one.
+        destination_to: i64,
+        /// What showed it, e.g. "leader epoch 3 ends at offset 10 on the source now".
+        evidence: String,
+    },
+    /// The destination would refuse a record (checked before producing it: every record before
+    /// it is delivered, nothing after it is produced).
+    #[error(
+        "destination {topic}[{partition}] refuses the record at source offset {source_offset}: {why}"
+    )]
+    RecordRefused {
+        /// The destination topic.
+        topic: String,
+        /// The partition.
+        partition: i32,
+        /// The source offset of the record.
+        source_offset: i64,
+        /// Why, with the limit and the fix.
+        why: Refusal,
+    },
+    /// The destination refused a record (its delivery failed with a refusal; the gapless
+    /// producer delivers nothing after it).
+    #[error(
+        "destination {topic}[{partition}] refused the record at source offset {source_offset}: {why}"
+    )]
+    DeliveryRefused {
+        /// The destination topic.
+        topic: String,
+        /// The partition.
+        partition: i32,
+        /// The source offset of the record.
+        source_offset: i64,
+        /// Why, with the limit and the fix.
+        why: Refusal,
+    },
     /// A delivered record landed at another offset than the one it had to get.
     #[error(
         "destination {topic}[{partition}]: a record expected at offset {expected} landed at {actual}: \
@@ -325,16 +466,46 @@ impl Stop {
             Stop::Delivery { .. } => StopReason::Error,
             Stop::Unconfirmed { .. } => StopReason::Error,
             Stop::DeleteRecords { .. } => StopReason::Error,
+            Stop::DeletePlaceholders { .. } => StopReason::Error,
+            Stop::OffsetMapOrder { .. } => StopReason::Error,
+            Stop::SourceBehind { .. } => StopReason::Error,
             Stop::UnownedPartition { .. } => StopReason::Error,
             // Findings that retrying cannot change.
             Stop::SourceClusterChanged { .. } => StopReason::SourceClusterChanged,
             Stop::SourceTopicRecreated { .. } => StopReason::SourceTopicRecreated,
             Stop::SourceTopicDeleted { .. } => StopReason::SourceTopicDeleted,
-            Stop::SourceTruncated { .. } => StopReason::SourceTruncated,
+            Stop::DataLoss { .. } => StopReason::DataLoss,
             Stop::DestinationNotEmpty { .. } => StopReason::DestinationNotEmpty,
+            Stop::DestinationTruncated { .. } => StopReason::DestinationTruncated,
+            Stop::LandedBelow { .. } => StopReason::DestinationTruncated,
+            Stop::SourceDiverged { .. } => StopReason::SourceDiverged,
+            Stop::RecordRefused { .. } => StopReason::RecordRefused,
+            Stop::DeliveryRefused { .. } => StopReason::RecordRefused,
             Stop::DestinationBeyondSource { .. } => StopReason::ForeignWrite,
             Stop::LastRecordNotACopy { .. } => StopReason::ForeignWrite,
             Stop::OffsetMismatch { .. } => StopReason::ForeignWrite,
+        }
+    }
+
+    /// Whether the producer must drop what it still holds instead of delivering it: after a
+    /// failed delivery (the gapless producer delivers nothing after it), and after a finding
+    /// that the destination partition is not this mirror's alone or not what it wrote (another
+    /// writer, lost records, a different source). Otherwise what is in flight are copies at
+    /// their own offsets and is delivered, so that the reported ranges are exact: before a
+    /// record the destination would refuse, at a source that diverged or lost records.
+    pub fn purges(&self) -> bool {
+        match self {
+            Stop::Delivery { .. }
+            | Stop::Unconfirmed { .. }
+            | Stop::DeliveryRefused { .. }
+            | Stop::LandedBelow { .. } => true,
+            _ => matches!(
+                self.reason(),
+                StopReason::ForeignWrite
+                    | StopReason::SourceTopicRecreated
+                    | StopReason::SourceClusterChanged
+                    | StopReason::DestinationNotEmpty
+            ),
         }
     }
 
@@ -351,6 +522,12 @@ impl Stop {
 mod tests {
     use super::*;
     use rdkafka::error::RDKafkaErrorCode;
+
+    fn map_order() -> MapOrderError {
+        let mut map = kmirror_state::offset_map::OffsetMap::identity();
+        map.record_gap(10, 5).unwrap();
+        map.record_gap(7, 6).unwrap_err()
+    }
 
     fn kafka() -> KafkaError {
         KafkaError::MessageProduction(RDKafkaErrorCode::RequestTimedOut)
@@ -416,8 +593,8 @@ mod tests {
              R::SourceTopicRecreated, &["was deleted and recreated", "id1 is now id2"]),
             (Stop::SourceTopicDeleted { topic: t() },
              R::SourceTopicDeleted, &["source topic orders does not exist"]),
-            (Stop::SourceTruncated { topic: t(), partition: 0, next: 100, log_start: 250 },
-             R::SourceTruncated, &["now starts at offset 250", "100..250", "150 records deleted"]),
+            (Stop::DataLoss { topic: t(), partition: 0, next: 100, log_start: 250 },
+             R::DataLoss, &["source offsets 100–249 of orders[0]", "150 records", "retention.ms"]),
             (Stop::DestinationNotEmpty { topic: t(), partition: 0, records: 7 },
              R::DestinationNotEmpty, &["already holds 7 records"]),
             (Stop::DestinationBeyondSource { topic: t(), partition: 0, last_copied: 99, source_end: 50 },
@@ -426,6 +603,22 @@ mod tests {
              R::ForeignWrite, &["offset 9 is not the copy of source offset 9", "another client wrote"]),
             (Stop::OffsetMismatch { topic: t(), partition: 0, expected: 10, actual: 11 },
              R::ForeignWrite, &["expected at offset 10 landed at 11", "another client wrote"]),
+            (Stop::DeletePlaceholders { topic: t(), partition: 0, offset: 300, code: RDKafkaErrorCode::RequestTimedOut },
+             R::Error, &["placeholders of orders[0] below offset 300", "RequestTimedOut"]),
+            (Stop::OffsetMapOrder { partition: 3, source: map_order() },
+             R::Error, &["partition 3", "out of order", "source offset 7"]),
+            (Stop::SourceBehind { topic: t(), partition: 0, next: 15, high: 10 },
+             R::Error, &["high watermark of orders[0] is 10", "next offset 15"]),
+            (Stop::DestinationTruncated { topic: t(), partition: 0, log_end: 0, confirmed: 100, resume_source: 0 },
+             R::DestinationTruncated, &["ends at offset 0", "offsets 0–99", "100 records lost", "copied again from source offset 0"]),
+            (Stop::LandedBelow { topic: t(), partition: 0, expected: 10, actual: 7 },
+             R::DestinationTruncated, &["expected at offset 10 landed at 7", "lost records"]),
+            (Stop::SourceDiverged { topic: t(), partition: 0, source_from: 10, source_to: 15, destination_from: 10, destination_to: 15, evidence: "leader epoch 0 ends at offset 10 on the source now".into() },
+             R::SourceDiverged, &["source offsets 10–14 of orders[0]", "unclean leader election", "destination offsets 10–14 hold the old records", "epoch 0 ends at offset 10"]),
+            (Stop::RecordRefused { topic: t(), partition: 0, source_offset: 20, why: Refusal::TooLarge { size: 2_100_000, limit: 1_048_588 } },
+             R::RecordRefused, &["orders[0] refuses the record at source offset 20", "2100000 bytes", "max.message.bytes 1048588", "raise the destination topic's max.message.bytes"]),
+            (Stop::DeliveryRefused { topic: t(), partition: 0, source_offset: 20, why: Refusal::Broker { code: RDKafkaErrorCode::MessageSizeTooLarge, hint: "the topic's max.message.bytes 200000".into() } },
+             R::RecordRefused, &["orders[0] refused the record at source offset 20", "MessageSizeTooLarge", "max.message.bytes 200000"]),
         ]
     }
 
@@ -449,6 +642,28 @@ mod tests {
         let reasons: Vec<StopReason> = table().iter().map(|(s, _, _)| s.reason()).collect();
         for r in StopReason::ALL {
             assert!(reasons.contains(&r), "no stop maps to {r:?}");
+        }
+    }
+
+    use StopReason as R;
+
+    #[test]
+    fn what_is_purged_rather_than_flushed() {
+        for (stop, reason, _) in table() {
+            let expect = matches!(
+                reason,
+                R::ForeignWrite
+                    | R::SourceTopicRecreated
+                    | R::SourceClusterChanged
+                    | R::DestinationNotEmpty
+            ) || matches!(
+                stop,
+                Stop::Delivery { .. }
+                    | Stop::Unconfirmed { .. }
+                    | Stop::DeliveryRefused { .. }
+                    | Stop::LandedBelow { .. }
+            );
+            assert_eq!(stop.purges(), expect, "{stop:?}");
         }
     }
 

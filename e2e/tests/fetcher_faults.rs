@@ -1,0 +1,291 @@
+//! The fetcher under broker faults on the replicated pair (`e2e/testbed.sh up --brokers 3`): an
+//! unclean leader election on the source — while the fetcher runs, and while it is stopped —
+//! stops the partition with `SourceDiverged` and the differing offset ranges, never fetching on
+//! from a wrong position; leader moves under load on both clusters lose, duplicate and stall
+//! nothing. Each test holds the bed's fault lock for as long as its faults last.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use kmirror_e2e::Testbed;
+use kmirror_e2e::faults::{self, Cluster, PartitionOffsets};
+use kmirror_e2e::fetcher::{
+    FetcherProcess, ensure_state_topic_on, r_destination_args, r_source_args, recorded_on,
+    wait_until,
+};
+use kmirror_e2e::kafka::{DestUser, TestRecord, produce_all, unique_name, watermarks};
+use kmirror_fetcher::Isolation;
+use kmirror_fetcher::verify::{Side, verify_partition};
+use kmirror_state::records::FetcherError;
+
+const WAIT: Duration = Duration::from_secs(90);
+
+fn fetcher_args(bed: &Testbed, mirror: &str, topic: &str, partitions: &str) -> Vec<String> {
+    let mut a: Vec<String> = [
+        "--mirror",
+        mirror,
+        "--source-topic",
+        topic,
+        "--partitions",
+        partitions,
+        "--startup-settle-seconds",
+        "0.5",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    a.extend(r_source_args(bed));
+    a.extend(r_destination_args(bed));
+    a
+}
+
+fn values(prefix: &str, n: usize, partitions: i32) -> Vec<TestRecord> {
+    (0..n)
+        .map(|i| TestRecord {
+            partition: i as i32 % partitions,
+            key: Some(format!("k{i}").into_bytes()),
+            value: Some(format!("{prefix}-{i}").into_bytes()),
+            headers: Vec::new(),
+        })
+        .collect()
+}
+
+fn fully_in_sync(o: &PartitionOffsets) -> bool {
+    let Some(end) = o.leader_leo() else {
+        return false;
+    };
+    o.isr.len() == 3 && o.hw == Some(end) && o.replicas.iter().all(|&r| o.leo_of(r) == Some(end))
+}
+
+/// A topic with `partitions` partitions on both replicated clusters (RF 3); `n` records
+/// written to the source.
+async fn topic_pair(bed: &Testbed, prefix: &str, partitions: i32, n: usize) -> String {
+    let topic = unique_name(prefix);
+    faults::create_replicated_topic(&bed.r_source_config(), &topic, partitions, &[])
+        .await
+        .expect("source topic");
+    faults::create_replicated_topic(&bed.r_dest_config(DestUser::Admin), &topic, partitions, &[])
+        .await
+        .expect("destination topic");
+    produce_all(
+        &bed.r_source_config(),
+        &topic,
+        &values("before", n, partitions),
+        &[],
+    )
+    .expect("produce");
+    for p in 0..partitions {
+        faults::wait_offsets(
+            Cluster::RSource,
+            &topic,
+            p,
+            WAIT,
+            "a full ISR",
+            fully_in_sync,
+        )
+        .expect("source ready");
+    }
+    topic
+}
+
+fn dest_end(bed: &Testbed, topic: &str, partition: i32) -> i64 {
+    watermarks(&bed.r_dest_config(DestUser::Admin), topic, partition)
+        .map(|w| w.1)
+        .unwrap_or(-1)
+}
+
+fn recorded_error(bed: &Testbed, mirror: &str, topic: &str) -> (String, String) {
+    let position = recorded_on(&bed.r_dest_config(DestUser::Admin), mirror, topic, 0)
+        .position
+        .expect("a recorded position");
+    let FetcherError { reason, message } = position.error.expect("a recorded error");
+    let reason = serde_json::to_value(reason).unwrap();
+    (reason.as_str().unwrap().to_string(), message)
+}
+
+/// The destination's records (offset, value) of partition 0.
+fn dest_values(bed: &Testbed, topic: &str) -> Vec<(i64, String)> {
+    faults::read_values(
+        &bed.r_dest_config(DestUser::Admin),
+        topic,
+        0,
+        0,
+        "read_uncommitted",
+    )
+    .expect("read the destination")
+    .into_iter()
+    .map(|(o, v)| {
+        (
+            o,
+            String::from_utf8_lossy(&v.unwrap_or_default()).into_owned(),
+        )
+    })
+    .collect()
+}
+
+fn assert_diverged(bed: &Testbed, mirror: &str, topic: &str) {
+    let (reason, message) = recorded_error(bed, mirror, topic);
+    assert_eq!(reason, "sourceDiverged", "{message}");
+    for word in [
+        "source offsets 10–14",
+        "destination offsets 10–14",
+        "unclean leader election",
+    ] {
+        assert!(message.contains(word), "{message:?} lacks {word:?}");
+    }
+    // The destination holds what was mirrored before the election, nothing from after it.
+    let copied = dest_values(bed, topic);
+    assert_eq!(copied.len(), 15, "{copied:?}");
+    for (o, v) in &copied {
+        if *o < 10 {
+            assert_eq!(v, &format!("before-{o}"));
+        } else {
+            assert!(v.starts_with("unclean-old-"), "offset {o}: {v}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn an_unclean_election_while_mirroring_stops_with_source_diverged() {
+    let _x = faults::exclusive();
+    let bed = faults::replicated();
+    ensure_state_topic_on(&bed.r_dest_config(DestUser::Admin));
+    let topic = topic_pair(bed, "diverge-live", 1, 10).await;
+    let mirror = format!("e2e/{topic}");
+    let mut fetcher = FetcherProcess::spawn(&fetcher_args(bed, &mirror, &topic, "0"));
+    wait_until("the first records copied", WAIT, || {
+        dest_end(bed, &topic, 0) == 10
+    });
+
+    let said = faults::unclean_election(Cluster::RSource, &topic, 0, 5, Duration::from_secs(6))
+        .expect("unclean election");
+    assert!(said.contains("diverged from offset 10"), "{said}");
+    let code = fetcher.wait(Duration::from_secs(120));
+    assert_eq!(
+        code,
+        Some(17),
+        "SourceDiverged; log:\n{}",
+        fetcher.log_text()
+    );
+    assert_diverged(bed, &mirror, &topic);
+}
+
+#[tokio::test]
+async fn an_unclean_election_while_stopped_is_found_at_start() {
+    let _x = faults::exclusive();
+    let bed = faults::replicated();
+    ensure_state_topic_on(&bed.r_dest_config(DestUser::Admin));
+    let topic = topic_pair(bed, "diverge-stopped", 1, 10).await;
+    let mirror = format!("e2e/{topic}");
+    let args = fetcher_args(bed, &mirror, &topic, "0");
+    let mut fetcher = FetcherProcess::spawn(&args);
+    wait_until("the first records copied", WAIT, || {
+        dest_end(bed, &topic, 0) == 10
+    });
+
+    // The fetcher copies the records the old leader alone holds, and stops before they are
+    // replaced.
+    let election = {
+        let topic = topic.clone();
+        std::thread::spawn(move || {
+            faults::unclean_election(Cluster::RSource, &topic, 0, 5, Duration::from_secs(10))
+        })
+    };
+    wait_until("the old leader's records copied", WAIT, || {
+        dest_end(bed, &topic, 0) == 15
+    });
+    fetcher.signal("TERM");
+    assert_eq!(fetcher.wait(Duration::from_secs(30)), Some(0));
+    let said = election.join().unwrap().expect("unclean election");
+    assert!(said.contains("diverged from offset 10"), "{said}");
+
+    let mut fetcher = FetcherProcess::spawn(&args);
+    let code = fetcher.wait(Duration::from_secs(120));
+    assert_eq!(
+        code,
+        Some(17),
+        "SourceDiverged; log:\n{}",
+        fetcher.log_text()
+    );
+    assert_diverged(bed, &mirror, &topic);
+}
+
+#[tokio::test]
+async fn leader_moves_under_load_lose_duplicate_and_stall_nothing() {
+    let _x = faults::exclusive();
+    let bed = faults::replicated();
+    let dest = bed.r_dest_config(DestUser::Admin);
+    ensure_state_topic_on(&dest);
+    let topic = topic_pair(bed, "leader-moves", 3, 300).await;
+    let mirror = format!("e2e/{topic}");
+    let stop = Arc::new(AtomicBool::new(false));
+    let producer = {
+        let (source, topic, stop) = (bed.r_source_config(), topic.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut batch = 0;
+            while !stop.load(Ordering::Relaxed) {
+                produce_all(
+                    &source,
+                    &topic,
+                    &values(&format!("load{batch}"), 300, 3),
+                    &[("message.timeout.ms", "300000")],
+                )
+                .expect("produce");
+                batch += 1;
+            }
+        })
+    };
+    let mut fetcher = FetcherProcess::spawn(&fetcher_args(bed, &mirror, &topic, "0,1,2"));
+    let copied = || (0..3).map(|p| dest_end(bed, &topic, p).max(0)).sum::<i64>();
+    let mut last = 0;
+    for (cluster, partition) in [
+        (Cluster::RSource, 0),
+        (Cluster::RDestination, 1),
+        (Cluster::RSource, 2),
+        (Cluster::RDestination, 0),
+    ] {
+        wait_until("mirroring progress", WAIT, || copied() > last + 300);
+        faults::move_leader(cluster, &topic, partition, None).expect("move leader");
+        last = copied();
+        assert_eq!(fetcher.exited(), None, "{}", fetcher.log_text());
+    }
+    wait_until("mirroring progress after the last move", WAIT, || {
+        copied() > last + 300
+    });
+    stop.store(true, Ordering::Relaxed);
+    producer.join().expect("producer");
+    let source = bed.r_source_config();
+    wait_until("catch-up", WAIT, || {
+        (0..3).all(|p| {
+            let (_, end) = watermarks(&source, &topic, p).unwrap();
+            dest_end(bed, &topic, p) == end
+        })
+    });
+    fetcher.signal("TERM");
+    assert_eq!(fetcher.wait(Duration::from_secs(30)), Some(0));
+    for p in 0..3 {
+        let map = recorded_on(&dest, &mirror, &topic, p)
+            .offset_map()
+            .expect("map");
+        let report = verify_partition(
+            &Side {
+                config: source.clone(),
+                topic: topic.clone(),
+            },
+            &Side {
+                config: dest.clone(),
+                topic: topic.clone(),
+            },
+            p,
+            &map,
+            Isolation::ReadCommitted,
+            Duration::from_secs(300),
+        )
+        .expect("verify");
+        assert!(
+            report.is_clean() && report.offsets_identical && report.trailing == 0,
+            "partition {p}: {report:?}"
+        );
+    }
+}
