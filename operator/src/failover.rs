@@ -165,7 +165,7 @@ mod tests {
         assert_eq!(last_mirrored(&r, 0), None);
         assert_eq!(last_mirrored(&r, 10), Some((9, 9)));
         let mut map = OffsetMap::identity();
-        map.record_gap(12, 10);
+        map.record_gap(12, 10).expect("an ordered segment");
         r.chunks = map_to_chunks(&map)
             .into_iter()
             .enumerate()

@@ -519,6 +519,7 @@ fn compared(lmo: i64, end: i64, divergent: i64) -> Facts {
                 value: Some(b"written after the failover".to_vec()),
                 headers: Vec::new(),
                 timestamp: Some(NOW),
+                timestamp_kind: None,
             })
             .collect(),
         destination_partitions: Some(1),

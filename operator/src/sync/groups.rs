@@ -260,7 +260,7 @@ mod tests {
             "clamped to the destination start"
         );
         let mut map = OffsetMap::identity();
-        map.record_gap(10, 8);
+        map.record_gap(10, 8).expect("an ordered segment");
         assert_eq!(translate(&map, 12, (0, 100)), 10);
         assert_eq!(
             translate(&map, 9, (0, 100)),
