@@ -31,6 +31,7 @@ mod finish;
 mod limits;
 mod poll_loop;
 mod position;
+mod prefix;
 mod source_check;
 mod start_plan;
 mod startup;
