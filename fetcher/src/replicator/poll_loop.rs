@@ -447,7 +447,15 @@ impl Fetcher<'_> {
         if let Some(id) = self.consumer.client().fetch_cluster_id(ADMIN_TIMEOUT) {
             check_cluster_id(&self.source_cluster_id, &id)?;
         }
-        let topic_id = self.describe_source()?;
+        let topic_id = match self.describe_source() {
+            // No answer (the source is restarting, unreachable, slow) is not a verdict: copying
+            // waits for the source anyway, and the check runs again at the next interval.
+            Err(Stop::DescribeSourceTopic { source, .. }) => {
+                tracing::warn!(error = %source, "could not describe the source topic; checking again later");
+                return Ok(());
+            }
+            other => other?,
+        };
         check_topic_id(
             &self.config.source_topic,
             self.source_topic_id.as_deref(),
