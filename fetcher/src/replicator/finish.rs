@@ -2,6 +2,7 @@
 //! or a finding that forbids writing on), persist the final positions with the outcome, set the
 //! state metrics — and how a start-up failure is recorded for the operator.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use kmirror_crds::v1alpha1::PartitionState;
@@ -25,6 +26,13 @@ impl Fetcher<'_> {
     /// writer, a refused record, a diverged source): that is purged — and persist the final
     /// positions with the outcome.
     pub(super) fn finish(mut self, result: Result<(), Stop>) -> Outcome {
+        // Whatever stopped the run, once the lease ran out another process may write: nothing
+        // more is delivered or persisted.
+        if let Some(lease) = self.lease
+            && let Err(expired) = lease.check()
+        {
+            return self.lease_expired(&expired);
+        }
         let flush_budget = self.config.shutdown_timeout.saturating_sub(PERSIST_BUDGET);
         let flushed = match &result {
             Err(stop) if stop.purges() => {
@@ -69,6 +77,22 @@ impl Fetcher<'_> {
             self.handles.metrics.set_state(&unit.labels, state);
         }
         outcome
+    }
+}
+
+impl Fetcher<'_> {
+    /// Ends a run whose lease ran out: the producer is purged (by the lease thread already),
+    /// positions are not written (the next holder's start reads the destination log).
+    fn lease_expired(self, stop: &Stop) -> Outcome {
+        delivery::purge(&self.producer, &mut BTreeMap::new());
+        self.handles.health.set_ready(false);
+        for unit in self.units.values() {
+            self.handles
+                .metrics
+                .set_state(&unit.labels, PartitionState::Stopped);
+        }
+        tracing::error!(reason = ?stop.reason(), "{stop}");
+        Outcome::failed(stop)
     }
 }
 

@@ -28,6 +28,7 @@ mod clients;
 mod delivery;
 mod epochs;
 mod finish;
+mod lease;
 mod limits;
 mod poll_loop;
 mod position;
@@ -205,7 +206,9 @@ struct Fetcher<'a> {
     source_config: ClientConfig,
     destination_config: ClientConfig,
     consumer: BaseConsumer,
-    producer: BaseProducer<DeliveryContext>,
+    producer: Arc<BaseProducer<DeliveryContext>>,
+    /// The write lease, when the operator grants them.
+    lease: Option<&'a lease::LeaseHolder>,
     source_admin: AdminClient<DefaultClientContext>,
     state: StateWriter,
     /// What the destination topic accepts.
@@ -228,12 +231,37 @@ impl Fetcher<'_> {
     }
 }
 
-/// Runs the fetcher until SIGTERM (via `handles.shutdown`) or a stop reason.
+/// Runs the fetcher until SIGTERM (via `handles.shutdown`) or a stop reason. With leases, it
+/// writes nothing before the operator grants them and stops writing when they run out.
 pub fn run(config: &FetcherConfig, handles: &Handles) -> Outcome {
-    let mut fetcher = match Fetcher::start(config, handles) {
+    let lease = match &config.lease {
+        None => None,
+        Some(settings) => {
+            let acquired = clients::cluster_config(config, Side::Destination)
+                .and_then(|d| lease::LeaseHolder::acquire(config, settings, &d, &handles.shutdown));
+            match acquired {
+                Ok(l) => Some(l),
+                Err(stop) => return finish::start_failed(config, &stop),
+            }
+        }
+    };
+    let mut fetcher = match Fetcher::start(config, handles, lease.as_ref()) {
         Ok(f) => f,
-        Err(stop) => return finish::start_failed(config, &stop),
+        Err(stop) => {
+            let stop = match &lease {
+                Some(l) if l.lapsed() => l.check().err().unwrap_or(stop),
+                _ => stop,
+            };
+            if let Some(l) = lease {
+                l.end(false);
+            }
+            return finish::start_failed(config, &stop);
+        }
     };
     let result = fetcher.mirror();
-    fetcher.finish(result)
+    let outcome = fetcher.finish(result);
+    if let Some(l) = lease {
+        l.end(outcome == Outcome::Stopped);
+    }
+    outcome
 }

@@ -5,6 +5,7 @@
 //! or refuse what retention deleted, align the prefix — then assign the consumer.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kmirror_crds::v1alpha1::PartitionState;
@@ -22,6 +23,7 @@ use super::clients::{
 };
 use super::delivery::{self, DeliveryContext, Pending};
 use super::epochs::SourceEpochs;
+use super::lease::LeaseHolder;
 use super::limits::DestinationLimits;
 use super::position::rewrite_map;
 use super::source_check::Known;
@@ -95,6 +97,7 @@ impl<'a> Fetcher<'a> {
     pub(super) fn start(
         config: &'a FetcherConfig,
         handles: &'a Handles,
+        lease: Option<&'a LeaseHolder>,
     ) -> Result<Fetcher<'a>, Stop> {
         let source_config = source_consumer_config(config)?;
         let destination_config = cluster_config(config, Side::Destination)?;
@@ -106,12 +109,17 @@ impl<'a> Fetcher<'a> {
                     client: "source consumer",
                     source,
                 })?;
-        let producer: BaseProducer<DeliveryContext> = producer_config(config, &limits)?
-            .create_with_context(DeliveryContext::default())
-            .map_err(|source| Stop::CreateClient {
-                client: "destination producer",
-                source,
-            })?;
+        let producer: Arc<BaseProducer<DeliveryContext>> = Arc::new(
+            producer_config(config, &limits)?
+                .create_with_context(DeliveryContext::default())
+                .map_err(|source| Stop::CreateClient {
+                    client: "destination producer",
+                    source,
+                })?,
+        );
+        if let Some(l) = lease {
+            l.guard(producer.clone());
+        }
         let source_admin: AdminClient<DefaultClientContext> = cluster_config(config, Side::Source)?
             .create()
             .map_err(|source| Stop::CreateClient {
@@ -134,6 +142,7 @@ impl<'a> Fetcher<'a> {
             destination_config,
             consumer,
             producer,
+            lease,
             source_admin,
             state,
             source_cluster_id,

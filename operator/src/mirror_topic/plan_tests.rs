@@ -239,6 +239,7 @@ fn observation(g: &Given, mt: &MirrorTopic, cm: &ClusterMirror) -> Observation {
             .spec_hash();
             let view = PodView {
                 name: format!("orders-fetcher-{}", p.index),
+                uid: format!("uid-{}", p.index),
                 partitions: p.partitions.clone(),
                 hash: if p.current { hash } else { "old".into() },
                 terminating: p.terminating,
@@ -277,6 +278,7 @@ fn observation(g: &Given, mt: &MirrorTopic, cm: &ClusterMirror) -> Observation {
             facts: g.failback.iter().cloned().collect(),
             source_cluster_id: Some("src-1".into()),
         },
+        leases: BTreeMap::new(),
         retry_token: g.retry_token.map(Into::into),
         now_ms: NOW,
     };
