@@ -1,11 +1,15 @@
 //! The replication engine: source partitions in, destination partitions out, at the offsets the
 //! offset map dictates, with the destination log as the only checkpoint.
 //!
+//! With leases (`lease`, run by the operator), nothing is written before the operator grants the
+//! partitions and nothing after the grant runs out (docs/fencing.md).
+//!
 //! A run has four parts, each in its own module:
 //! 1. **start-up** (`startup`, its decisions pure in `start_plan`): check the source cluster ID
 //!    and topic ID against what the state topic recorded; wait until the destination log end is
-//!    stable (a previous incarnation's last requests drain) and derive the next source offset from
-//!    it through the offset map; compare the last destination record with its source record (a
+//!    stable and every in-sync replica holds it (the leader's own log end equals the high
+//!    watermark, `log_end`: a previous incarnation's last requests drain) and derive the next
+//!    source offset from it through the offset map; compare the last destination record with its source record (a
 //!    foreign write fails); on an empty destination whose source log starts above 0, align the
 //!    prefix;
 //! 2. **the poll loop** (`poll_loop`): poll a batch, record gaps in the map (persisted before the
@@ -30,6 +34,7 @@ mod epochs;
 mod finish;
 mod lease;
 mod limits;
+mod log_end;
 mod poll_loop;
 mod position;
 mod source_check;
@@ -215,6 +220,8 @@ struct Fetcher<'a> {
     limits: DestinationLimits,
     /// Where source leader epochs end (asked when something looks wrong).
     epochs: SourceEpochs,
+    /// The destination leaders' own log ends (asked at start).
+    log_ends: log_end::DestinationLogEnds,
     source_cluster_id: String,
     source_topic_id: Option<String>,
     units: BTreeMap<i32, Unit>,
