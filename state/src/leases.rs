@@ -264,7 +264,8 @@ impl HolderLeases {
     }
 
     /// Whether a request is due at `now`: every third of the duration, and every `retry` while
-    /// some unit of `units` is not writable (at start, after a grant that left it out).
+    /// some unit of `units` is not writable (at start, after a grant that left it out) or the
+    /// last request is still unanswered (a lost request or answer).
     pub fn request_due(&self, units: &[LeaseUnit], now: Instant, retry: Duration) -> bool {
         let Some(last) = self.last_request else {
             return true;
@@ -276,7 +277,8 @@ impl HolderLeases {
         let all_writable = units
             .iter()
             .all(|u| matches!(self.standing(u, now), LeaseStanding::Writable(_)));
-        !all_writable && since >= retry
+        let unanswered = self.outstanding.contains_key(&(self.next_seq - 1));
+        (!all_writable || unanswered) && since >= retry
     }
 }
 
@@ -427,6 +429,11 @@ mod tests {
         assert!(h.granted(seq, &units, D));
         assert!(!h.request_due(&units, t0 + Duration::from_secs(2), retry));
         assert!(h.request_due(&units, t0 + Duration::from_secs(5), retry));
+        // A renewal whose answer does not come is asked again a second later.
+        let t5 = t0 + Duration::from_secs(5);
+        let _ = h.requesting(t5);
+        assert!(!h.request_due(&units, t5 + Duration::from_millis(500), retry));
+        assert!(h.request_due(&units, t5 + Duration::from_secs(1), retry));
     }
 
     #[test]

@@ -37,7 +37,7 @@ struct Shared {
     units: Vec<LeaseUnit>,
     /// Set once a granted unit's lease ran out: nothing may be written any more.
     lapsed: AtomicBool,
-    /// Since when the last grant covering every unit was asked for (for the stop message).
+    /// When the last grant renewing every unit arrived (for the stop message).
     last_renewal: Mutex<Option<Instant>>,
     producer: Mutex<Option<Arc<BaseProducer<DeliveryContext>>>>,
     stop: AtomicBool,
@@ -263,12 +263,9 @@ fn hold(
                 let mut leases = shared.lock();
                 let sent = Instant::now();
                 if leases.granted(g.seq, &g.units, Duration::from_millis(g.duration_ms)) {
-                    let all = shared
-                        .units
-                        .iter()
-                        .all(|u| matches!(leases.standing(u, sent), LeaseStanding::Writable(_)));
                     drop(leases);
-                    if all {
+                    // A renewal: every unit granted again.
+                    if shared.units.iter().all(|u| g.units.contains(u)) {
                         *shared
                             .last_renewal
                             .lock()
