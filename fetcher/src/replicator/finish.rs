@@ -24,14 +24,15 @@ impl Fetcher<'_> {
     /// Ends the run: flush what can be flushed — nothing after a failed delivery (the gapless
     /// producer must not deliver what followed it) or a finding that forbids writing on (another
     /// writer, a refused record, a diverged source): that is purged — and persist the final
-    /// positions with the outcome.
-    pub(super) fn finish(mut self, result: Result<(), Stop>) -> Outcome {
+    /// positions with the outcome. Also says whether everything produced was confirmed (nothing
+    /// purged, nothing left in flight), so that the write lease can be released.
+    pub(super) fn finish(mut self, result: Result<(), Stop>) -> (Outcome, bool) {
         // Whatever stopped the run, once the lease ran out another process may write: nothing
         // more is delivered or persisted.
         if let Some(lease) = self.lease
             && let Err(expired) = lease.check()
         {
-            return self.lease_expired(&expired);
+            return (self.lease_expired(&expired), false);
         }
         let flush_budget = self.config.shutdown_timeout.saturating_sub(PERSIST_BUDGET);
         let flushed = match &result {
@@ -41,6 +42,7 @@ impl Fetcher<'_> {
             }
             _ => self.flush_producer(flush_budget),
         };
+        let confirmed = flushed.is_ok() && !result.as_ref().is_err_and(Stop::purges);
         // A failed flush is itself a failed delivery: drop what remains.
         if let Err(stop) = &flushed
             && stop.purges()
@@ -76,7 +78,7 @@ impl Fetcher<'_> {
         for unit in self.units.values() {
             self.handles.metrics.set_state(&unit.labels, state);
         }
-        outcome
+        (outcome, confirmed)
     }
 }
 

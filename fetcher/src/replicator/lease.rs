@@ -199,8 +199,8 @@ impl LeaseHolder {
         self.shared.lapsed.load(Ordering::SeqCst)
     }
 
-    /// Stops renewing; with `release`, gives the units back (after a clean stop: everything
-    /// produced is confirmed or purged).
+    /// Stops renewing; with `release`, gives the units back (only when everything produced is
+    /// confirmed: nothing of this process can land any more).
     pub(super) fn end(mut self, release: bool) {
         self.shared.stop.store(true, Ordering::SeqCst);
         if let Some(t) = self.thread.take() {

@@ -266,9 +266,10 @@ pub fn run(config: &FetcherConfig, handles: &Handles) -> Outcome {
         }
     };
     let result = fetcher.mirror();
-    let outcome = fetcher.finish(result);
+    let (outcome, confirmed) = fetcher.finish(result);
     if let Some(l) = lease {
-        l.end(outcome == Outcome::Stopped);
+        // Everything produced is confirmed: the next holder may start at once.
+        l.end(confirmed);
     }
     outcome
 }
