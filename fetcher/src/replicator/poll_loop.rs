@@ -234,6 +234,7 @@ impl Fetcher<'_> {
         let _ = self.refresh_lag();
         while !self.handles.shutdown.load(Ordering::Relaxed) {
             self.handles.health.beat();
+            self.check_lease()?;
             self.mirror_once(Duration::from_millis(100))?;
             self.producer.poll(Duration::ZERO);
             self.drain_deliveries()?;
@@ -251,6 +252,11 @@ impl Fetcher<'_> {
         Ok(())
     }
 
+    /// Fails with `LeaseExpired` once the write lease ran out.
+    fn check_lease(&self) -> Result<(), Stop> {
+        self.lease.map_or(Ok(()), |l| l.check())
+    }
+
     /// Polls a batch (waiting at most `wait` for the first record), records its gaps, produces
     /// it, then runs the check the consumer asked for.
     fn mirror_once(&mut self, wait: Duration) -> Result<(), Stop> {
@@ -264,11 +270,15 @@ impl Fetcher<'_> {
                 handles,
                 throttle,
                 limits,
+                lease,
                 ..
             } = self;
             let batch = poll_batch(consumer, wait);
             let (decisions, gaps) = accept_batch(units, &handles.metrics, &batch.records)?;
             persist_gaps(state, config, units, &gaps)?;
+            if let Some(l) = lease {
+                l.check()?;
+            }
             let target = Target {
                 topic: &config.destination_topic,
                 limits,

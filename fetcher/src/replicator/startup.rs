@@ -5,6 +5,7 @@
 //! or refuse what retention deleted, align the prefix — then assign the consumer.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kmirror_crds::v1alpha1::PartitionState;
@@ -21,7 +22,9 @@ use super::clients::{
 };
 use super::delivery::DeliveryContext;
 use super::epochs::SourceEpochs;
+use super::lease::LeaseHolder;
 use super::limits::DestinationLimits;
+use super::log_end::DestinationLogEnds;
 use super::position::rewrite_map;
 use super::source_check::Known;
 use super::start_plan::{
@@ -35,6 +38,26 @@ use kmirror_state::kafka_admin::describe_topics;
 use kmirror_state::kafka_record::{read_record_at, set_leader_epoch};
 use kmirror_state::records::{DataLossRecord, FetcherStatus, PartitionRecords, now_ms};
 use kmirror_state::store::{self, StateWriter};
+
+/// What the start-up settle does once the high watermark `hw` stood still for a settle time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SettleStep {
+    /// Every in-sync replica holds the log up to `hw`: resume from it.
+    Settled,
+    /// The leader's log ends beyond the high watermark (records a follower lacks): wait.
+    AheadOfReplicas(i64),
+    /// The leader's log end is unknown: wait one more settle time, once.
+    WaitLonger,
+}
+
+fn settle_step(hw: i64, leader_end: Option<i64>, waited_longer: bool) -> SettleStep {
+    match leader_end {
+        Some(end) if end > hw => SettleStep::AheadOfReplicas(end),
+        Some(_) => SettleStep::Settled,
+        None if waited_longer => SettleStep::Settled,
+        None => SettleStep::WaitLonger,
+    }
+}
 
 /// Times the destination log end is read while it still moves before giving up.
 const SETTLE_ATTEMPTS: usize = 30;
@@ -89,6 +112,7 @@ impl<'a> Fetcher<'a> {
     pub(super) fn start(
         config: &'a FetcherConfig,
         handles: &'a Handles,
+        lease: Option<&'a LeaseHolder>,
     ) -> Result<Fetcher<'a>, Stop> {
         let source_config = source_consumer_config(config)?;
         let destination_config = cluster_config(config, Side::Destination)?;
@@ -100,12 +124,17 @@ impl<'a> Fetcher<'a> {
                     client: "source consumer",
                     source,
                 })?;
-        let producer: BaseProducer<DeliveryContext> = producer_config(config, &limits)?
-            .create_with_context(DeliveryContext::default())
-            .map_err(|source| Stop::CreateClient {
-                client: "destination producer",
-                source,
-            })?;
+        let producer: Arc<BaseProducer<DeliveryContext>> = Arc::new(
+            producer_config(config, &limits)?
+                .create_with_context(DeliveryContext::default())
+                .map_err(|source| Stop::CreateClient {
+                    client: "destination producer",
+                    source,
+                })?,
+        );
+        if let Some(l) = lease {
+            l.guard(producer.clone());
+        }
         let source_admin: AdminClient<DefaultClientContext> = cluster_config(config, Side::Source)?
             .create()
             .map_err(|source| Stop::CreateClient {
@@ -119,15 +148,18 @@ impl<'a> Fetcher<'a> {
             .fetch_cluster_id(ADMIN_TIMEOUT)
             .ok_or(Stop::FetchSourceClusterId)?;
         let epochs = SourceEpochs::new(&source_config);
+        let log_ends = DestinationLogEnds::new(&destination_config);
         let mut fetcher = Fetcher {
             config,
             handles,
             limits,
             epochs,
+            log_ends,
             source_config,
             destination_config,
             consumer,
             producer,
+            lease,
             source_admin,
             state,
             source_cluster_id,
@@ -252,14 +284,39 @@ impl<'a> Fetcher<'a> {
             })
     }
 
-    /// Destination watermarks once the log end has stopped moving.
-    fn settled_destination_watermarks(&self, partition: i32) -> Result<(i64, i64), Stop> {
+    /// Destination watermarks once the log end every in-sync replica agrees on is reached: the
+    /// high watermark stopped moving and equals the leader's own log end (without the leader's
+    /// answer, the high watermark must stay put for one more settle time).
+    fn settled_destination_watermarks(&mut self, partition: i32) -> Result<(i64, i64), Stop> {
         let mut last = self.destination_watermarks(partition)?;
+        let mut waited_longer = false;
         for _ in 0..SETTLE_ATTEMPTS {
             std::thread::sleep(self.config.startup_settle);
             let now = self.destination_watermarks(partition)?;
             if now.1 == last.1 {
-                return Ok(now);
+                let leader_end = self
+                    .log_ends
+                    .end_of(&self.config.destination_topic, partition);
+                match settle_step(now.1, leader_end, waited_longer) {
+                    SettleStep::Settled => return Ok(now),
+                    SettleStep::AheadOfReplicas(end) => tracing::warn!(
+                        partition,
+                        high_watermark = now.1,
+                        leader_log_end = end,
+                        "the destination leader holds records not yet on every in-sync replica; \
+                         waiting"
+                    ),
+                    SettleStep::WaitLonger => {
+                        tracing::warn!(
+                            partition,
+                            "the destination leader's log end is unknown (see above); waiting \
+                             one more settle time for the high watermark instead"
+                        );
+                        waited_longer = true;
+                    }
+                }
+                last = now;
+                continue;
             }
             tracing::warn!(
                 partition,
@@ -524,6 +581,18 @@ mod tests {
 
     /// name, answers in turn → result, questions asked
     type MissingRow = (&'static str, Vec<Option<u8>>, Option<u8>, usize);
+
+    #[test]
+    fn the_settle_waits_for_the_log_end_every_in_sync_replica_holds() {
+        assert_eq!(settle_step(40, Some(40), false), SettleStep::Settled);
+        assert_eq!(
+            settle_step(40, Some(46), false),
+            SettleStep::AheadOfReplicas(46),
+            "a frozen follower: the leader holds 6 records the high watermark does not cover"
+        );
+        assert_eq!(settle_step(40, None, false), SettleStep::WaitLonger);
+        assert_eq!(settle_step(40, None, true), SettleStep::Settled);
+    }
 
     #[test]
     fn a_topic_reported_missing_once_is_not_deleted() {
