@@ -38,7 +38,8 @@ testbed-down:
 SOAK_MINUTES ?= 20
 SOAK_SEED ?=
 soak:
-	SOAK_MINUTES=$(SOAK_MINUTES) SOAK_SEED=$(SOAK_SEED) cargo run -q -p kmirror-e2e --bin kmirror-soak
+	cargo build -q --workspace --bins --tests
+	SOAK_MINUTES=$(SOAK_MINUTES) SOAK_SEED=$(SOAK_SEED) $(CARGO_TARGET_DIR)/debug/kmirror-soak
 
 ## bench: kmirror vs MirrorMaker 2 vs the bed's limit (~13 min; BENCH_BYTES=200MB BENCH_RUNS=1 to try). Not part of test.
 bench:
