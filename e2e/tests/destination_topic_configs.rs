@@ -6,10 +6,10 @@
 
 use std::time::{Duration, Instant};
 
-use kmirror_crds::v1alpha1::PartitionState;
+use kmirror_crds::v1alpha1::{ClusterMirror, PartitionState};
 use kmirror_e2e::Testbed;
 use kmirror_e2e::fetcher::{ensure_state_topic, verify};
-use kmirror_e2e::kafka::{DestUser, create_topic, read_all, topic_configs, unique_name};
+use kmirror_e2e::kafka::{DestUser, Rng, create_topic, read_all, topic_configs, unique_name};
 use kmirror_e2e::operator::{OperatorProcess, Scenario, all_partitions};
 use kmirror_fetcher::Isolation;
 use kmirror_state::kafka_admin::{ConfigOp, alter_topic_configs};
@@ -65,7 +65,21 @@ async fn scenario(bed: &Testbed, prefix: &str, sync: Value) -> (Scenario, Operat
     for (k, v) in sync.as_object().unwrap() {
         spec["sync"][k] = v.clone();
     }
-    s.apply_mirror("dr", spec).await;
+    // Several engineers' tests install the CRDs on the shared apiserver: an older schema may
+    // have replaced this one's (without `overrides`) since the scenario installed it.
+    let cm = json!({"apiVersion": "kmirror.io/v1alpha1", "kind": "ClusterMirror",
+                    "metadata": {"name": "dr"}, "spec": spec});
+    let api = kube::Api::<ClusterMirror>::namespaced(s.client.clone(), &s.ns);
+    let params = kube::api::PatchParams::apply("kmirror-e2e").force();
+    let mut attempt = 0;
+    while let Err(e) = api
+        .patch("dr", &params, &kube::api::Patch::Apply(&cm))
+        .await
+    {
+        attempt += 1;
+        assert!(attempt < 10, "apply ClusterMirror: {e}");
+        kmirror_e2e::crds::install(&s.client).await.expect("CRDs");
+    }
     (s, op)
 }
 
@@ -307,7 +321,9 @@ async fn records_as_large_as_the_source_broker_allows_fit_and_the_sync_keeps_the
         assert_eq!(effective.as_deref(), Some("3000000"), "the raised default");
         let now = now_ms();
         let mut values: Vec<(Vec<u8>, i64)> = vec![(b"small".to_vec(), now)];
-        values.push((vec![b'x'; 2_000_000], now));
+        // Incompressible: the fetcher's compressed batch is as large as the record.
+        let mut rng = Rng::new(7);
+        values.push(((0..2_000_000).map(|_| rng.next_u64() as u8).collect(), now));
         values.push((b"after".to_vec(), now));
         produce(&source, &topic, &values);
         s.apply_topic("big", json!({"mirror": "dr", "sourceTopic": topic}))
