@@ -211,6 +211,19 @@ mod tests {
         "message.timestamp.type",
     ];
 
+    type Configs = BTreeMap<String, String>;
+    /// name, source dynamic, source effective max.message.bytes, overrides, destination
+    /// dynamic, known names → wanted
+    type Row = (
+        &'static str,
+        Configs,
+        Option<i64>,
+        Configs,
+        Configs,
+        &'static [&'static str],
+        Configs,
+    );
+
     #[test]
     fn destination_configs_take_every_source_record() {
         let ex: Vec<String> = kmirror_crds::v1alpha1::DEFAULT_CONFIG_EXCLUDES
@@ -220,7 +233,7 @@ mod tests {
         let none = BTreeMap::new();
         let max = UNBOUNDED;
         #[rustfmt::skip]
-        let table: Vec<(&str, BTreeMap<String, String>, Option<i64>, BTreeMap<String, String>, BTreeMap<String, String>, &[&str], BTreeMap<String, String>)> = vec![
+        let table: Vec<Row> = vec![
             // name, source dynamic, source effective max.message.bytes, overrides, destination dynamic, known → wanted
             ("plain topic, Kafka 4 destination",
              none.clone(), Some(1_048_588), none.clone(), none.clone(), KAFKA4,

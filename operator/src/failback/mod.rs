@@ -302,7 +302,7 @@ async fn recreate_destination(
                 tracing::debug!(error = %e, "recreating {topic}: retrying");
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(e),
         }
     }
     tracing::info!(
