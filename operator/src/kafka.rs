@@ -67,30 +67,56 @@ pub async fn list_topics(cluster: &Arc<Cluster>) -> Result<Vec<String>> {
     Ok(md.topics().iter().map(|t| t.name().to_string()).collect())
 }
 
-/// Configs of a topic set explicitly on it (dynamic topic configs).
-pub async fn topic_configs(
-    cluster: &Arc<Cluster>,
-    topic: &str,
-) -> Result<BTreeMap<String, String>> {
+/// A topic's configs as DescribeConfigs reports them.
+#[derive(Debug, Clone, Default)]
+pub struct TopicConfigs {
+    /// Set explicitly on the topic (dynamic topic configs).
+    pub dynamic: BTreeMap<String, String>,
+    /// Every config's effective value (topic override, else the broker's default), sensitive
+    /// ones without their value: the names are those the broker knows.
+    pub effective: BTreeMap<String, Option<String>>,
+}
+
+impl TopicConfigs {
+    /// The effective `max.message.bytes`.
+    pub fn max_message_bytes(&self) -> Option<i64> {
+        self.effective
+            .get("max.message.bytes")
+            .and_then(|v| v.as_deref())
+            .and_then(|v| v.trim().parse().ok())
+    }
+}
+
+/// Configs of a topic: dynamic and effective.
+pub async fn describe_topic_configs(cluster: &Arc<Cluster>, topic: &str) -> Result<TopicConfigs> {
     let results = cluster
         .admin
         .describe_configs([&ResourceSpecifier::Topic(topic)], &options())
         .await
         .map_err(|e| cluster.error(format!("describing configs of {topic}: {e}")))?;
-    let mut out = BTreeMap::new();
+    let mut out = TopicConfigs::default();
     for r in results {
         let resource =
             r.map_err(|code| cluster.error(format!("describing configs of {topic}: {code:?}")))?;
         for e in resource.entries {
+            let value = e.value.filter(|_| !e.is_sensitive);
             if e.source == ConfigSource::DynamicTopic
-                && !e.is_sensitive
-                && let Some(v) = e.value
+                && let Some(v) = &value
             {
-                out.insert(e.name, v);
+                out.dynamic.insert(e.name.clone(), v.clone());
             }
+            out.effective.insert(e.name, value);
         }
     }
     Ok(out)
+}
+
+/// Configs of a topic set explicitly on it (dynamic topic configs).
+pub async fn topic_configs(
+    cluster: &Arc<Cluster>,
+    topic: &str,
+) -> Result<BTreeMap<String, String>> {
+    Ok(describe_topic_configs(cluster, topic).await?.dynamic)
 }
 
 /// Creates a topic (already existing is fine).
@@ -100,6 +126,18 @@ pub async fn create_topic(
     partitions: i32,
     configs: &BTreeMap<String, String>,
 ) -> Result<()> {
+    create_topic_answer(cluster, topic, partitions, configs)
+        .await?
+        .map_err(|code| cluster.error(format!("creating topic {topic}: {code:?}")))
+}
+
+/// Creates a topic; `Ok(Err(code))`: the broker refused it (already existing is fine).
+pub async fn create_topic_answer(
+    cluster: &Arc<Cluster>,
+    topic: &str,
+    partitions: i32,
+    configs: &BTreeMap<String, String>,
+) -> Result<std::result::Result<(), RDKafkaErrorCode>> {
     let mut new = NewTopic::new(topic, partitions, TopicReplication::Fixed(-1));
     for (k, v) in configs {
         new = new.set(k, v);
@@ -112,12 +150,10 @@ pub async fn create_topic(
     for r in results {
         match r {
             Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
-            Err((_, code)) => {
-                return Err(cluster.error(format!("creating topic {topic}: {code:?}")));
-            }
+            Err((_, code)) => return Ok(Err(code)),
         }
     }
-    Ok(())
+    Ok(Ok(()))
 }
 
 /// Grows a topic to `partitions`.

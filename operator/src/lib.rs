@@ -4,14 +4,16 @@
 //! A `MirrorTopic` reconcile is observe → plan → execute ([`mirror_topic`]): all reads gathered
 //! into one observation, a pure plan (the lifecycle of [`lifecycle`], pod specs of [`pods`],
 //! failback decisions, the status), then the writes in order — transitions persisted before
-//! anything acts on them. Other pure parts: client settings ([`connection`]), config diffs
-//! ([`topic_configs`]), ACL plans ([`sync::acl_plan`]), status helpers ([`status`]).
+//! anything acts on them. Other pure parts: client settings ([`connection`]), destination topic
+//! configs and their diffs ([`topic_configs`]), ACL plans ([`sync::acl_plan`]), status helpers
+//! ([`status`]).
 
 pub mod cluster_mirror;
 pub mod clusters;
 pub mod connection;
 pub mod context;
 pub mod controllers;
+pub mod destination_topic;
 pub mod error;
 pub mod failback;
 pub mod failover;

@@ -68,6 +68,11 @@ impl StateCache {
         Ok(cache)
     }
 
+    /// The state topic's name.
+    pub fn topic_name(&self) -> &str {
+        &self.topic
+    }
+
     /// The whole topic has been read once.
     pub fn loaded(&self) -> bool {
         self.loaded.load(Ordering::Relaxed)

@@ -198,6 +198,13 @@ pub struct ConfigSync {
     /// belong to the destination cluster (durability, timestamp policy, throttles).
     #[serde(default = "default_config_excludes")]
     pub exclude: Vec<String>,
+    /// Configs set on every destination topic, over the source's values and over those kmirror
+    /// sets so that the destination takes every source record (`max.message.bytes` at least
+    /// the source's, timestamp bounds unbounded), e.g. a tighter
+    /// `message.timestamp.after.max.ms`. A record the destination then refuses stops its
+    /// partition with `RecordRefused`. `message.timestamp.type` always stays `CreateTime`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub overrides: BTreeMap<String, String>,
 }
 
 impl Default for ConfigSync {
@@ -205,6 +212,7 @@ impl Default for ConfigSync {
         ConfigSync {
             enabled: true,
             exclude: default_config_excludes(),
+            overrides: BTreeMap::new(),
         }
     }
 }

@@ -273,7 +273,7 @@ async fn recreate_destination(
     mt: &MirrorTopic,
     partitions: usize,
 ) -> Result<(), Cause> {
-    let (cm, source, destination) = (&scope.mirror, &scope.source, &scope.destination);
+    let destination = &scope.destination;
     let topic = mt.destination_topic();
     kafka::delete_topic(destination, topic).await?;
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
@@ -285,23 +285,24 @@ async fn recreate_destination(
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    let configs = if cm.spec.sync.topic_configs.enabled {
-        let source_configs = kafka::topic_configs(source, &mt.spec.source_topic).await?;
-        crate::topic_configs::wanted(&source_configs, &cm.spec.sync.topic_configs.exclude)
-    } else {
-        Default::default()
-    };
     // A deletion can take a moment to settle on every broker: retry the creation briefly.
     let mut attempt = 0;
     loop {
-        match kafka::create_topic(destination, topic, partitions as i32, &configs).await {
+        match crate::destination_topic::create(
+            scope,
+            &mt.spec.source_topic,
+            topic,
+            partitions as i32,
+        )
+        .await
+        {
             Ok(()) => break,
             Err(e) if attempt < 20 => {
                 attempt += 1;
                 tracing::debug!(error = %e, "recreating {topic}: retrying");
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(e),
         }
     }
     tracing::info!(

@@ -2,7 +2,6 @@
 //! transitions persisted to the state topic before anything acts on them, failovers finished,
 //! stale pods deleted and missing ones created — then writes the status.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -20,26 +19,19 @@ use crate::error::{Cause, Error, Result};
 use crate::leases::ledger::Holder;
 use crate::pods::ANNOTATION_PARTITIONS;
 use crate::scope::MirrorScope;
-use crate::{failback, failover, kafka, topic_configs};
+use crate::{destination_topic, failback, failover, kafka};
 
-/// Creates the destination topic with the source's (non-excluded) configs, or grows it.
+/// Creates the destination topic (configs: [`destination_topic`]), or grows it.
 async fn change_destination_topic(
     scope: &MirrorScope,
     mt: &MirrorTopic,
     change: TopicChange,
 ) -> Result<(), Cause> {
     let topic = mt.destination_topic();
-    let sync = &scope.mirror.spec.sync.topic_configs;
     match change {
         TopicChange::Create { partitions } => {
-            let configs = if sync.enabled {
-                let source_configs =
-                    kafka::topic_configs(&scope.source, &mt.spec.source_topic).await?;
-                topic_configs::wanted(&source_configs, &sync.exclude)
-            } else {
-                BTreeMap::new()
-            };
-            kafka::create_topic(&scope.destination, topic, partitions as i32, &configs).await?;
+            destination_topic::create(scope, &mt.spec.source_topic, topic, partitions as i32)
+                .await?;
             tracing::info!(topic, partitions, "created the destination topic");
         }
         TopicChange::Grow { from, to } => {

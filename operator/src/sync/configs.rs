@@ -1,12 +1,13 @@
-//! Topic config sync: the source's non-default configs, minus the exclude list, applied to the
-//! destination with incremental alter configs.
+//! Topic config sync: the source's non-default configs, minus the exclude list, with the
+//! configs kmirror owns kept so that the destination takes every source record (see
+//! [`crate::destination_topic`]), applied to the destination with incremental alter configs.
 
 use kmirror_state::kafka_admin::{ConfigOp, alter_topic_configs};
 
 use super::{Mirrored, PartResult};
-use crate::kafka;
 use crate::scope::MirrorScope;
-use crate::topic_configs::{Change, diff, wanted};
+use crate::topic_configs::{Change, diff};
+use crate::{destination_topic, kafka};
 
 /// Syncs the configs of every mirrored topic that is not failed over.
 pub async fn sync(scope: &MirrorScope, topics: &[Mirrored]) -> PartResult {
@@ -21,9 +22,9 @@ pub async fn sync(scope: &MirrorScope, topics: &[Mirrored]) -> PartResult {
         {
             continue;
         }
-        let want = wanted(&kafka::topic_configs(source, src).await?, exclude);
-        let have = kafka::topic_configs(destination, dst).await?;
-        let ops: Vec<ConfigOp> = diff(&want, &have, exclude)
+        let have = kafka::describe_topic_configs(destination, dst).await?;
+        let want = destination_topic::wanted(scope, src, Some(&have)).await?;
+        let ops: Vec<ConfigOp> = diff(&want, &have.dynamic, exclude)
             .into_iter()
             .map(|c| match c {
                 Change::Set(k, v) => ConfigOp::Set(k, v),
