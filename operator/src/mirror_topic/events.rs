@@ -16,21 +16,26 @@ pub fn transition_notes(
     before: &BTreeMap<i32, PartitionRecords>,
     writes: &[(i32, PartitionStateRecord)],
 ) -> Vec<Note> {
-    let mut grouped: BTreeMap<(PartitionState, PartitionState, Option<String>), Vec<i32>> =
-        BTreeMap::new();
+    type Key = (
+        PartitionState,
+        PartitionState,
+        Option<&'static str>,
+        Option<String>,
+    );
+    let mut grouped: BTreeMap<Key, Vec<i32>> = BTreeMap::new();
     for (p, r) in writes {
         let from = before
             .get(p)
             .and_then(|x| x.state.as_ref())
             .map_or(PartitionState::Unknown, |s| s.state);
         grouped
-            .entry((from, r.state, r.error.clone()))
+            .entry((from, r.state, r.reason.map(|x| x.as_str()), r.error.clone()))
             .or_default()
             .push(*p);
     }
     grouped
         .into_iter()
-        .map(|((from, to, error), parts)| {
+        .map(|((from, to, reason, error), parts)| {
             let list = if parts.len() > 12 {
                 format!("{} partitions", parts.len())
             } else {
@@ -44,6 +49,9 @@ pub fn transition_notes(
                 )
             };
             let mut text = format!("{list}: {from} -> {to}");
+            if let Some(r) = reason {
+                text.push_str(&format!(" ({r})"));
+            }
             if let Some(e) = &error {
                 text.push_str(&format!(": {e}"));
             }
@@ -76,7 +84,8 @@ pub fn count_transitions(
     }
 }
 
-/// Sets the per-state partition counts and per-partition lag of a topic.
+/// Sets the per-state partition counts, per-partition lag and the FAILED partitions (with their
+/// reason) of a topic.
 pub fn record_partitions(
     metrics: &Metrics,
     mirror: &str,
@@ -106,6 +115,12 @@ pub fn record_partitions(
             .get_or_create(&labels)
             .set(p.lag_seconds.unwrap_or(0.0));
     }
+    let failed: Vec<(i32, &str)> = statuses
+        .iter()
+        .filter(|p| p.state == PartitionState::Failed)
+        .map(|p| (p.partition, p.reason.as_deref().unwrap_or("Error")))
+        .collect();
+    metrics.set_failed_partitions(mirror, topic, &failed);
 }
 
 #[cfg(test)]
@@ -136,7 +151,9 @@ mod tests {
         let mut writes: Vec<(i32, PartitionStateRecord)> = (0..15)
             .map(|p| (p, state(PartitionState::Stopping, None)))
             .collect();
-        writes.push((15, state(PartitionState::Failed, Some("foreign write"))));
+        let mut failed = state(PartitionState::Failed, Some("foreign write"));
+        failed.reason = Some(kmirror_state::records::StopReason::ForeignWrite);
+        writes.push((15, failed));
         let notes = transition_notes(&before, &writes);
         assert_eq!(notes.len(), 2);
         assert_eq!(notes[0].text, "15 partitions: MIRRORING -> STOPPING");
@@ -146,7 +163,7 @@ mod tests {
         );
         assert_eq!(
             notes[1].text,
-            "partitions 15: MIRRORING -> FAILED: foreign write"
+            "partitions 15: MIRRORING -> FAILED (ForeignWrite): foreign write"
         );
         assert!(notes[1].warning);
     }

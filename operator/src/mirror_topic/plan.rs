@@ -200,6 +200,7 @@ fn transition_record(
         state_epoch: previous.state_epoch + 1,
         retry_attempt: t.retry_attempt,
         error: t.error.clone(),
+        reason: t.reason,
         last_mirrored_offset: previous.last_mirrored_offset,
         // A graceful failover drains up to the source end seen when STOPPING began.
         drain_target: if t.to == Stopping && previous.state != Stopping {

@@ -6,10 +6,10 @@ use k8s_openapi::jiff::Timestamp;
 use kmirror_crds::v1alpha1::{
     DivergenceStatus, MirrorTopic, MirrorTopicStatus, PartitionState, PartitionStatus,
 };
-use kmirror_state::records::PartitionRecords;
+use kmirror_state::records::{FetcherStatus, PartitionRecords, StopReason};
 
 use crate::lifecycle::settled_state;
-use crate::status::{phase, set_condition};
+use crate::status::{Health, human_line, phase, set_condition, set_health, truncate};
 
 /// What a topic's status is made of.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -69,7 +69,23 @@ pub fn partition_status(
                 )
             })
         })
-        .or_else(|| position.and_then(|pos| pos.error.as_ref().map(|e| e.message.clone())));
+        .or_else(|| position.and_then(|pos| pos.error.as_ref().map(|e| e.message.clone())))
+        .map(|e| human_line(&e))
+        .filter(|e| !e.is_empty());
+    let stopped_by_fetcher = position
+        .filter(|pos| pos.status == FetcherStatus::Failed)
+        .and_then(|pos| pos.error.as_ref())
+        .map(|e| e.reason);
+    let reason = match state.map(|s| s.state) {
+        Some(PartitionState::Failed) => Some(
+            state
+                .and_then(|s| s.reason)
+                .or(stopped_by_fetcher)
+                .unwrap_or(StopReason::Error),
+        ),
+        Some(PartitionState::Stopping | PartitionState::Stopped) => state.and_then(|s| s.reason),
+        _ => None,
+    };
     PartitionStatus {
         partition: p,
         state: state.map_or(PartitionState::Unknown, |s| s.state),
@@ -83,6 +99,7 @@ pub fn partition_status(
         fetcher_pod,
         retry_attempt: state.map(|s| s.retry_attempt).filter(|a| *a != 0),
         last_error: error,
+        reason: reason.map(|r| r.as_str().to_string()),
         last_transition_time: state.and_then(|s| rfc3339(s.updated_at_ms)),
         divergence: state
             .and_then(|s| s.divergence.as_ref())
@@ -97,62 +114,122 @@ pub fn partition_status(
     }
 }
 
+/// Condition reasons that mean the topic cannot be mirrored until a person changes something.
+const NEEDS_A_PERSON: [&str; 2] = ["InvalidSpec", "InvalidMirror"];
+
+/// One partition that FAILED, in one line: "partition 3 FAILED (RecordRefused), last mirrored
+/// offset 41: <why and the fix>".
+fn failed_line(p: &PartitionStatus) -> String {
+    let mut line = format!(
+        "partition {} FAILED ({})",
+        p.partition,
+        p.reason.as_deref().unwrap_or("Error")
+    );
+    if let Some(lmo) = p.last_mirrored_offset.filter(|o| *o >= 0) {
+        line.push_str(&format!(", last mirrored offset {lmo}"));
+    }
+    match p.retry_attempt {
+        Some(a) if a > 0 => line.push_str(&format!(", retry {a}")),
+        _ => {}
+    }
+    if let Some(e) = p.last_error.as_deref().filter(|e| !e.is_empty()) {
+        line.push_str(": ");
+        line.push_str(e);
+    }
+    line
+}
+
+/// The FAILED partitions in one line: the first in full, the others by number.
+fn failed_message(failed: &[&PartitionStatus]) -> String {
+    let Some(first) = failed.first() else {
+        return String::new();
+    };
+    let mut message = failed_line(first);
+    if failed.len() > 1 {
+        let others: Vec<String> = failed[1..]
+            .iter()
+            .take(10)
+            .map(|p| p.partition.to_string())
+            .collect();
+        let more = if failed.len() > 11 { ", …" } else { "" };
+        message = format!(
+            "{}; also FAILED: partitions {}{more}",
+            truncate(&message, 400),
+            others.join(", ")
+        );
+    }
+    truncate(&message, 512)
+}
+
+/// What `Ready`, `Reconciling` and `Stalled` say of a topic. Ready: every partition in the state
+/// `spec.state` asks for (a topic failed over is Ready even when its source is gone: it is a
+/// primary now). Stalled: a partition FAILED for a reason that is not retried, or a spec that
+/// cannot work. Reconciling: anything else on its way (PREPARING, STOPPING, retries).
+pub fn topic_health(desired: kmirror_crds::v1alpha1::DesiredState, report: &Report) -> Health {
+    let settled = settled_state(desired);
+    let partitions = &report.partitions;
+    if let Some((reason, message)) = &report.problem {
+        return if NEEDS_A_PERSON.contains(&reason.as_str()) {
+            Health::stalled(reason, message.clone())
+        } else {
+            Health::reconciling(reason, message.clone())
+        };
+    }
+    let failed: Vec<&PartitionStatus> = partitions
+        .iter()
+        .filter(|p| p.state == PartitionState::Failed)
+        .collect();
+    let stuck: Vec<&PartitionStatus> = failed
+        .iter()
+        .copied()
+        .filter(|p| p.retry_attempt == Some(-1))
+        .collect();
+    if !stuck.is_empty() {
+        return Health::stalled("PartitionFailed", failed_message(&stuck));
+    }
+    if !failed.is_empty() {
+        // The notes say when the next retry is due.
+        let mut message = failed_message(&failed);
+        if !report.notes.is_empty() {
+            message = format!("{}; {}", report.notes.join("; "), message);
+        }
+        return Health::reconciling("PartitionRetrying", truncate(&message, 512));
+    }
+    if !partitions.is_empty() && partitions.iter().all(|p| p.state == settled) {
+        return Health::ready(
+            &phase_word(settled),
+            format!("all {} partitions {}", partitions.len(), settled),
+        );
+    }
+    let message = if report.notes.is_empty() {
+        let moving = partitions.iter().filter(|p| p.state != settled).count();
+        if partitions.is_empty() {
+            format!("partitions moving to {settled}")
+        } else {
+            format!(
+                "{moving} of {} partitions moving to {settled} ({})",
+                partitions.len(),
+                phase(partitions).to_uppercase()
+            )
+        }
+    } else {
+        report.notes.join("; ")
+    };
+    Health::reconciling("Progressing", truncate(&message, 512))
+}
+
 /// The status of `mt` for `report`, keeping condition transition times from the current status.
 pub fn topic_status(mt: &MirrorTopic, report: Report, now: &Time) -> MirrorTopicStatus {
     let generation = mt.metadata.generation;
     let old = mt.status.clone().unwrap_or_default();
     let mut conditions = old.conditions.clone();
-    let settled = settled_state(mt.spec.state);
-    let all_settled =
-        !report.partitions.is_empty() && report.partitions.iter().all(|p| p.state == settled);
-    let failed: Vec<String> = report
+    let health = topic_health(mt.spec.state, &report);
+    set_health(&mut conditions, &health, generation, now);
+    let failed: Vec<&PartitionStatus> = report
         .partitions
         .iter()
         .filter(|p| p.state == PartitionState::Failed)
-        .map(|p| {
-            format!(
-                "{}: {}",
-                p.partition,
-                p.last_error.clone().unwrap_or_default()
-            )
-        })
         .collect();
-    match &report.problem {
-        Some((reason, message)) => set_condition(
-            &mut conditions,
-            "Ready",
-            false,
-            reason,
-            message.clone(),
-            generation,
-            now,
-        ),
-        None if all_settled => set_condition(
-            &mut conditions,
-            "Ready",
-            true,
-            &phase_word(settled),
-            format!("all {} partitions {}", report.partitions.len(), settled),
-            generation,
-            now,
-        ),
-        None => {
-            let message = if report.notes.is_empty() {
-                format!("partitions moving to {settled}")
-            } else {
-                report.notes.join("; ")
-            };
-            set_condition(
-                &mut conditions,
-                "Ready",
-                false,
-                "Progressing",
-                message,
-                generation,
-                now,
-            );
-        }
-    }
     if failed.is_empty() {
         set_condition(
             &mut conditions,
@@ -169,7 +246,7 @@ pub fn topic_status(mt: &MirrorTopic, report: Report, now: &Time) -> MirrorTopic
             "Failed",
             true,
             "PartitionFailed",
-            format!("partition {}", failed.join("; partition ")),
+            failed_message(&failed),
             generation,
             now,
         );
@@ -288,5 +365,151 @@ mod tests {
             ),
             ("Ready", "False", "MirrorNotFound")
         );
+    }
+
+    fn part(p: i32, state: PartitionState) -> PartitionStatus {
+        PartitionStatus {
+            partition: p,
+            state,
+            ..Default::default()
+        }
+    }
+
+    fn failed(p: i32, retry: i32, reason: &str, error: &str) -> PartitionStatus {
+        PartitionStatus {
+            retry_attempt: Some(retry),
+            reason: Some(reason.into()),
+            last_error: Some(error.into()),
+            last_mirrored_offset: Some(2168),
+            ..part(p, PartitionState::Failed)
+        }
+    }
+
+    #[test]
+    fn ready_reconciling_and_stalled_follow_the_partitions() {
+        use PartitionState::*;
+        use kmirror_crds::v1alpha1::DesiredState as D;
+        let refused = "record at offset 2169 is 2 MB, over the destination's max.message.bytes \
+                       1 MB; raise it on the destination topic, then kubectl mirror retry";
+        #[rustfmt::skip]
+        let table: Vec<(&str, D, Vec<PartitionStatus>, Option<(&str, &str)>, (bool, bool, bool), &str, &str)> = vec![
+            // name, spec.state, partitions, problem, (ready, reconciling, stalled), reason, message contains
+            ("all mirroring", D::Mirroring, vec![part(0, Mirroring), part(1, Mirroring)], None,
+             (true, false, false), "Mirroring", "all 2 partitions MIRRORING"),
+            ("still preparing", D::Mirroring, vec![part(0, Mirroring), part(1, Preparing)], None,
+             (false, true, false), "Progressing", "1 of 2 partitions moving to MIRRORING (PREPARING)"),
+            ("no partitions yet", D::Mirroring, vec![], None,
+             (false, true, false), "Progressing", "partitions moving to MIRRORING"),
+            ("failing over", D::Stopped, vec![part(0, Stopping), part(1, Stopped)], None,
+             (false, true, false), "Progressing", "moving to STOPPED"),
+            ("failed over, source gone or not", D::Stopped, vec![part(0, Stopped), part(1, Stopped)], None,
+             (true, false, false), "Stopped", "all 2 partitions STOPPED"),
+            ("paused", D::Paused, vec![part(0, Paused)], None,
+             (true, false, false), "Paused", "all 1 partitions PAUSED"),
+            ("a refused record stalls", D::Mirroring,
+             vec![part(0, Mirroring), failed(1, -1, "RecordRefused", refused)], None,
+             (false, false, true), "PartitionFailed",
+             "partition 1 FAILED (RecordRefused), last mirrored offset 2168: record at offset 2169"),
+            ("a retried failure reconciles", D::Mirroring,
+             vec![part(0, Mirroring), failed(1, 2, "Error", "broker down")], None,
+             (false, true, false), "PartitionRetrying",
+             "partition 1 FAILED (Error), last mirrored offset 2168, retry 2: broker down"),
+            ("an invalid spec stalls", D::Mirroring, vec![], Some(("InvalidSpec", "spec.sourceTopic is empty")),
+             (false, false, true), "InvalidSpec", "spec.sourceTopic is empty"),
+            ("an unreachable destination reconciles", D::Mirroring, vec![],
+             Some(("DestinationUnreachable", "destination unavailable: timed out")),
+             (false, true, false), "DestinationUnreachable", "timed out"),
+        ];
+        for (name, desired, partitions, problem, (ready, reconciling, stalled), reason, message) in
+            table
+        {
+            let report = Report {
+                partitions,
+                notes: Vec::new(),
+                problem: problem.map(|(r, m)| (r.to_string(), m.to_string())),
+            };
+            let h = topic_health(desired, &report);
+            assert_eq!(
+                (h.ready, h.reconciling, h.stalled),
+                (ready, reconciling, stalled),
+                "{name}"
+            );
+            assert_eq!(h.reason, reason, "{name}");
+            assert!(h.message.contains(message), "{name}: {}", h.message);
+            assert!(
+                !h.message.contains('\n') && h.message.len() <= 512,
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn many_failed_partitions_make_one_short_line() {
+        let parts: Vec<PartitionStatus> = (0..40)
+            .map(|p| {
+                failed(
+                    p,
+                    -1,
+                    "ForeignWrite",
+                    &"another writer at offset 7; ".repeat(20),
+                )
+            })
+            .collect();
+        let refs: Vec<&PartitionStatus> = parts.iter().collect();
+        let m = failed_message(&refs);
+        assert!(m.len() <= 512, "{}", m.len());
+        assert!(m.contains("also FAILED: partitions 1, 2"), "{m}");
+        assert!(m.ends_with(", …"), "{m}");
+    }
+
+    #[test]
+    fn a_failed_partition_shows_its_stop_reason_and_one_line() {
+        use kmirror_state::records::FetcherError;
+        let records = PartitionRecords {
+            state: Some(PartitionStateRecord {
+                state: PartitionState::Failed,
+                retry_attempt: -1,
+                error: Some(
+                    "{\"level\":\"ERROR\",\"fields\":{\"message\":\"stopped\",\"error\":\"x\"}}\n"
+                        .into(),
+                ),
+                reason: Some(StopReason::SourceDiverged),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let s = partition_status(0, &records, None);
+        assert_eq!(s.reason.as_deref(), Some("SourceDiverged"));
+        assert_eq!(s.last_error.as_deref(), Some("stopped: x"));
+        // A record written before reasons were recorded: the fetcher's position says why.
+        let old = PartitionRecords {
+            state: Some(PartitionStateRecord {
+                state: PartitionState::Failed,
+                retry_attempt: -1,
+                error: Some("someone wrote".into()),
+                ..Default::default()
+            }),
+            position: Some(PositionRecord {
+                status: FetcherStatus::Failed,
+                error: Some(FetcherError {
+                    reason: StopReason::ForeignWrite,
+                    message: "someone wrote".into(),
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(
+            partition_status(0, &old, None).reason.as_deref(),
+            Some("ForeignWrite")
+        );
+        let mirroring = PartitionRecords {
+            state: Some(PartitionStateRecord {
+                state: PartitionState::Mirroring,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(partition_status(0, &mirroring, None).reason, None);
     }
 }
