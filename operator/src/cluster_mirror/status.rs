@@ -405,26 +405,80 @@ mod tests {
         let mut unobserved = topic(&[]);
         unobserved.status = None;
         #[rustfmt::skip]
-        let table: Vec<(&str, &Reach, Vec<MirrorTopic>, (bool, bool, bool), &str, &str)> = vec![
+        type Row<'a> = (&'a str, &'a Reach, Vec<MirrorTopic>, Expect<'a>);
+        type Expect<'a> = ((bool, bool, bool), &'a str, &'a str);
+        let table: Vec<Row> = vec![
             // name, source, topics, (ready, reconciling, stalled), reason, message contains
-            ("all mirroring", &up, vec![topic(&[Mirroring]), topic(&[Mirroring, Mirroring])],
-             (true, false, false), "Mirroring", "2 topics, 3 of 3 partitions mirroring"),
-            ("a topic preparing", &up, vec![topic(&[Mirroring]), topic(&[Preparing])],
-             (false, true, false), "Progressing", "1 PREPARING"),
-            ("a topic without status", &up, vec![topic(&[Mirroring]), unobserved],
-             (false, true, false), "Progressing", "1 topics without status yet"),
-            ("stopping", &up, vec![topic(&[Stopping, Stopped])],
-             (false, true, false), "Progressing", "1 STOPPING"),
-            ("a partition failed for good", &up, vec![stuck],
-             (false, false, true), "PartitionsFailed", "t[1] (SourceDiverged)"),
-            ("a partition retrying", &up, vec![retrying],
-             (false, true, false), "PartitionsFailed", "retrying"),
-            ("failed over, the source gone", &down, vec![topic(&[Stopped, Stopped])],
-             (true, false, false), "FailedOver", "all 2 partitions failed over"),
-            ("mirroring, the source gone", &down, vec![topic(&[Mirroring])],
-             (false, true, false), "ClusterUnavailable", "source: no answer"),
+            (
+                "all mirroring",
+                &up,
+                vec![topic(&[Mirroring]), topic(&[Mirroring, Mirroring])],
+                (
+                    (true, false, false),
+                    "Mirroring",
+                    "2 topics, 3 of 3 partitions mirroring",
+                ),
+            ),
+            (
+                "a topic preparing",
+                &up,
+                vec![topic(&[Mirroring]), topic(&[Preparing])],
+                ((false, true, false), "Progressing", "1 PREPARING"),
+            ),
+            (
+                "a topic without status",
+                &up,
+                vec![topic(&[Mirroring]), unobserved],
+                (
+                    (false, true, false),
+                    "Progressing",
+                    "1 topics without status yet",
+                ),
+            ),
+            (
+                "stopping",
+                &up,
+                vec![topic(&[Stopping, Stopped])],
+                ((false, true, false), "Progressing", "1 STOPPING"),
+            ),
+            (
+                "a partition failed for good",
+                &up,
+                vec![stuck],
+                (
+                    (false, false, true),
+                    "PartitionsFailed",
+                    "t[1] (SourceDiverged)",
+                ),
+            ),
+            (
+                "a partition retrying",
+                &up,
+                vec![retrying],
+                ((false, true, false), "PartitionsFailed", "retrying"),
+            ),
+            (
+                "failed over, the source gone",
+                &down,
+                vec![topic(&[Stopped, Stopped])],
+                (
+                    (true, false, false),
+                    "FailedOver",
+                    "all 2 partitions failed over",
+                ),
+            ),
+            (
+                "mirroring, the source gone",
+                &down,
+                vec![topic(&[Mirroring])],
+                (
+                    (false, true, false),
+                    "ClusterUnavailable",
+                    "source: no answer",
+                ),
+            ),
         ];
-        for (name, source, topics, (ready, reconciling, stalled), reason, message) in table {
+        for (name, source, topics, ((ready, reconciling, stalled), reason, message)) in table {
             let facts = Facts {
                 source,
                 destination: &up,

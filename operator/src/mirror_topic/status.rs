@@ -391,37 +391,50 @@ mod tests {
         use kmirror_crds::v1alpha1::DesiredState as D;
         let refused = "record at offset 2169 is 2 MB, over the destination's max.message.bytes \
                        1 MB; raise it on the destination topic, then kubectl mirror retry";
+        type Row<'a> = (
+            &'a str,
+            D,
+            Vec<PartitionStatus>,
+            Option<(&'a str, &'a str)>,
+            Expect<'a>,
+        );
+        type Expect<'a> = ((bool, bool, bool), &'a str, &'a str);
         #[rustfmt::skip]
-        let table: Vec<(&str, D, Vec<PartitionStatus>, Option<(&str, &str)>, (bool, bool, bool), &str, &str)> = vec![
+        let table: Vec<Row> = vec![
             // name, spec.state, partitions, problem, (ready, reconciling, stalled), reason, message contains
             ("all mirroring", D::Mirroring, vec![part(0, Mirroring), part(1, Mirroring)], None,
-             (true, false, false), "Mirroring", "all 2 partitions MIRRORING"),
+             ((true, false, false), "Mirroring", "all 2 partitions MIRRORING")),
             ("still preparing", D::Mirroring, vec![part(0, Mirroring), part(1, Preparing)], None,
-             (false, true, false), "Progressing", "1 of 2 partitions moving to MIRRORING (PREPARING)"),
+             ((false, true, false), "Progressing", "1 of 2 partitions moving to MIRRORING (PREPARING)")),
             ("no partitions yet", D::Mirroring, vec![], None,
-             (false, true, false), "Progressing", "partitions moving to MIRRORING"),
+             ((false, true, false), "Progressing", "partitions moving to MIRRORING")),
             ("failing over", D::Stopped, vec![part(0, Stopping), part(1, Stopped)], None,
-             (false, true, false), "Progressing", "moving to STOPPED"),
+             ((false, true, false), "Progressing", "moving to STOPPED")),
             ("failed over, source gone or not", D::Stopped, vec![part(0, Stopped), part(1, Stopped)], None,
-             (true, false, false), "Stopped", "all 2 partitions STOPPED"),
+             ((true, false, false), "Stopped", "all 2 partitions STOPPED")),
             ("paused", D::Paused, vec![part(0, Paused)], None,
-             (true, false, false), "Paused", "all 1 partitions PAUSED"),
+             ((true, false, false), "Paused", "all 1 partitions PAUSED")),
             ("a refused record stalls", D::Mirroring,
              vec![part(0, Mirroring), failed(1, -1, "RecordRefused", refused)], None,
-             (false, false, true), "PartitionFailed",
-             "partition 1 FAILED (RecordRefused), last mirrored offset 2168: record at offset 2169"),
+             ((false, false, true), "PartitionFailed",
+             "partition 1 FAILED (RecordRefused), last mirrored offset 2168: record at offset 2169")),
             ("a retried failure reconciles", D::Mirroring,
              vec![part(0, Mirroring), failed(1, 2, "Error", "broker down")], None,
-             (false, true, false), "PartitionRetrying",
-             "partition 1 FAILED (Error), last mirrored offset 2168, retry 2: broker down"),
+             ((false, true, false), "PartitionRetrying",
+             "partition 1 FAILED (Error), last mirrored offset 2168, retry 2: broker down")),
             ("an invalid spec stalls", D::Mirroring, vec![], Some(("InvalidSpec", "spec.sourceTopic is empty")),
-             (false, false, true), "InvalidSpec", "spec.sourceTopic is empty"),
+             ((false, false, true), "InvalidSpec", "spec.sourceTopic is empty")),
             ("an unreachable destination reconciles", D::Mirroring, vec![],
              Some(("DestinationUnreachable", "destination unavailable: timed out")),
-             (false, true, false), "DestinationUnreachable", "timed out"),
+             ((false, true, false), "DestinationUnreachable", "timed out")),
         ];
-        for (name, desired, partitions, problem, (ready, reconciling, stalled), reason, message) in
-            table
+        for (
+            name,
+            desired,
+            partitions,
+            problem,
+            ((ready, reconciling, stalled), reason, message),
+        ) in table
         {
             let report = Report {
                 partitions,
