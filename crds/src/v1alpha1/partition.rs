@@ -140,15 +140,9 @@ pub struct PartitionStatus {
     /// Failed retries so far (reset on success); -1 when the failure is not retryable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_attempt: Option<i32>,
-    /// Why the partition stopped, one line a person can act on: the offset, the limit, the fix.
+    /// Human-readable reason of the last error.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
-    /// The stop reason of a FAILED (or stopped) partition, as in the metric
-    /// `kmirror_operator_partition_failed`: `ForeignWrite`, `SourceDiverged`, `DataLoss`, `RecordRefused`,
-    /// `DestinationTruncated`, `SourceTopicRecreated`, `SourceClusterChanged`,
-    /// `SourceTopicDeleted`, `DestinationNotEmpty`, `FailbackRefused` or `Error`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
     /// When the partition entered its current state (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_transition_time: Option<String>,

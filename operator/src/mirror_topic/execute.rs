@@ -12,7 +12,7 @@ use kmirror_crds::v1alpha1::MirrorTopic;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 
-use super::events::{count_transitions, record_partitions};
+use super::events::{count_transitions, new_data_losses, record_partitions};
 use super::plan::{Plan, TopicChange};
 use crate::context::{Context, FIELD_MANAGER};
 use crate::error::{Cause, Error, Result};
@@ -124,7 +124,11 @@ pub async fn execute(
         tracing::info!(%name, pod = %pod_name, partitions = ?partitions, "created fetcher pod");
     }
 
-    record_partitions(&ctx.metrics, &scope.key, topic, &plan.report.partitions);
+    record_partitions(&ctx.metrics, &scope.key, topic, &plan.report);
+    for note in new_data_losses(&scope.key, topic, &scope.cache.topic(&scope.key, topic)) {
+        tracing::warn!(topic = %name, "{}", note.text);
+        ctx.publish(mt, &note).await;
+    }
     let wait = ctx.write_status(mt, plan.status).await?;
     Ok(plan.requeue.max(wait))
 }

@@ -1,6 +1,8 @@
 //! A `MirrorTopic`'s status, projected from its partitions' records and what the reconcile has to
 //! say (notes, a problem). Pure.
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kmirror_crds::v1alpha1::{
@@ -16,6 +18,9 @@ use crate::status::{Health, human_line, phase, set_condition, set_health, trunca
 pub struct Report {
     /// Every partition's status.
     pub partitions: Vec<PartitionStatus>,
+    /// Why each stopped partition stopped ([`stop_reason`]): metrics and condition messages say
+    /// it; the status keeps it in words (`lastError`).
+    pub reasons: BTreeMap<i32, StopReason>,
     /// Progress notes (draining, waiting for a retry, failback).
     pub notes: Vec<String>,
     /// Why the topic cannot be mirrored now: (condition reason, message).
@@ -23,6 +28,26 @@ pub struct Report {
 }
 
 impl Report {
+    /// Adds (or replaces) partition `p`'s status and stop reason, from its records.
+    pub fn set(&mut self, p: i32, records: &PartitionRecords, fetcher_pod: Option<String>) {
+        let status = partition_status(p, records, fetcher_pod);
+        match stop_reason(records) {
+            Some(r) => self.reasons.insert(p, r),
+            None => self.reasons.remove(&p),
+        };
+        match self.partitions.iter_mut().find(|s| s.partition == p) {
+            Some(s) => *s = status,
+            None => self.partitions.push(status),
+        }
+    }
+
+    /// The stop reason of partition `p` (`Error` when a FAILED partition has none recorded).
+    pub fn reason(&self, p: &PartitionStatus) -> &'static str {
+        self.reasons
+            .get(&p.partition)
+            .map_or("Error", |r| r.as_str())
+    }
+
     /// A topic that cannot be reconciled now, for `reason`.
     pub fn problem(reason: &str, message: &str) -> Report {
         Report {
@@ -40,6 +65,23 @@ fn rfc3339(ms: i64) -> Option<String> {
 pub fn phase_word(s: PartitionState) -> String {
     let name = s.as_str();
     format!("{}{}", &name[..1], name[1..].to_lowercase())
+}
+
+/// Why a partition stopped: the reason recorded with its FAILED (or STOPPING/STOPPED) state, or
+/// — for a FAILED state recorded without one — what its fetcher reported, else `Error`.
+pub fn stop_reason(r: &PartitionRecords) -> Option<StopReason> {
+    let state = r.state.as_ref()?;
+    let by_fetcher = r
+        .position
+        .as_ref()
+        .filter(|pos| pos.status == FetcherStatus::Failed)
+        .and_then(|pos| pos.error.as_ref())
+        .map(|e| e.reason);
+    match state.state {
+        PartitionState::Failed => Some(state.reason.or(by_fetcher).unwrap_or(StopReason::Error)),
+        PartitionState::Stopping | PartitionState::Stopped => state.reason,
+        _ => None,
+    }
 }
 
 /// Projects one partition's status from its records.
@@ -72,20 +114,6 @@ pub fn partition_status(
         .or_else(|| position.and_then(|pos| pos.error.as_ref().map(|e| e.message.clone())))
         .map(|e| human_line(&e))
         .filter(|e| !e.is_empty());
-    let stopped_by_fetcher = position
-        .filter(|pos| pos.status == FetcherStatus::Failed)
-        .and_then(|pos| pos.error.as_ref())
-        .map(|e| e.reason);
-    let reason = match state.map(|s| s.state) {
-        Some(PartitionState::Failed) => Some(
-            state
-                .and_then(|s| s.reason)
-                .or(stopped_by_fetcher)
-                .unwrap_or(StopReason::Error),
-        ),
-        Some(PartitionState::Stopping | PartitionState::Stopped) => state.and_then(|s| s.reason),
-        _ => None,
-    };
     PartitionStatus {
         partition: p,
         state: state.map_or(PartitionState::Unknown, |s| s.state),
@@ -99,7 +127,6 @@ pub fn partition_status(
         fetcher_pod,
         retry_attempt: state.map(|s| s.retry_attempt).filter(|a| *a != 0),
         last_error: error,
-        reason: reason.map(|r| r.as_str().to_string()),
         last_transition_time: state.and_then(|s| rfc3339(s.updated_at_ms)),
         divergence: state
             .and_then(|s| s.divergence.as_ref())
@@ -119,12 +146,8 @@ const NEEDS_A_PERSON: [&str; 2] = ["InvalidSpec", "InvalidMirror"];
 
 /// One partition that FAILED, in one line: "partition 3 FAILED (RecordRefused), last mirrored
 /// offset 41: <why and the fix>".
-fn failed_line(p: &PartitionStatus) -> String {
-    let mut line = format!(
-        "partition {} FAILED ({})",
-        p.partition,
-        p.reason.as_deref().unwrap_or("Error")
-    );
+fn failed_line(p: &PartitionStatus, reason: &str) -> String {
+    let mut line = format!("partition {} FAILED ({reason})", p.partition);
     if let Some(lmo) = p.last_mirrored_offset.filter(|o| *o >= 0) {
         line.push_str(&format!(", last mirrored offset {lmo}"));
     }
@@ -140,11 +163,11 @@ fn failed_line(p: &PartitionStatus) -> String {
 }
 
 /// The FAILED partitions in one line: the first in full, the others by number.
-fn failed_message(failed: &[&PartitionStatus]) -> String {
+fn failed_message(report: &Report, failed: &[&PartitionStatus]) -> String {
     let Some(first) = failed.first() else {
         return String::new();
     };
-    let mut message = failed_line(first);
+    let mut message = failed_line(first, report.reason(first));
     if failed.len() > 1 {
         let others: Vec<String> = failed[1..]
             .iter()
@@ -185,11 +208,11 @@ pub fn topic_health(desired: kmirror_crds::v1alpha1::DesiredState, report: &Repo
         .filter(|p| p.retry_attempt == Some(-1))
         .collect();
     if !stuck.is_empty() {
-        return Health::stalled("PartitionFailed", failed_message(&stuck));
+        return Health::stalled("PartitionFailed", failed_message(report, &stuck));
     }
     if !failed.is_empty() {
         // The notes say when the next retry is due.
-        let mut message = failed_message(&failed);
+        let mut message = failed_message(report, &failed);
         if !report.notes.is_empty() {
             message = format!("{}; {}", report.notes.join("; "), message);
         }
@@ -246,7 +269,7 @@ pub fn topic_status(mt: &MirrorTopic, report: Report, now: &Time) -> MirrorTopic
             "Failed",
             true,
             "PartitionFailed",
-            failed_message(&failed),
+            failed_message(&report, &failed),
             generation,
             now,
         );
@@ -375,14 +398,32 @@ mod tests {
         }
     }
 
-    fn failed(p: i32, retry: i32, reason: &str, error: &str) -> PartitionStatus {
-        PartitionStatus {
+    /// A partition as a report holds it: its status and stop reason.
+    type Held = (PartitionStatus, Option<StopReason>);
+
+    fn ok(p: i32, state: PartitionState) -> Held {
+        (part(p, state), None)
+    }
+
+    fn failed(p: i32, retry: i32, reason: StopReason, error: &str) -> Held {
+        let status = PartitionStatus {
             retry_attempt: Some(retry),
-            reason: Some(reason.into()),
             last_error: Some(error.into()),
             last_mirrored_offset: Some(2168),
             ..part(p, PartitionState::Failed)
+        };
+        (status, Some(reason))
+    }
+
+    fn report(held: Vec<Held>) -> Report {
+        let mut r = Report::default();
+        for (status, reason) in held {
+            if let Some(reason) = reason {
+                r.reasons.insert(status.partition, reason);
+            }
+            r.partitions.push(status);
         }
+        r
     }
 
     #[test]
@@ -394,7 +435,7 @@ mod tests {
         type Row<'a> = (
             &'a str,
             D,
-            Vec<PartitionStatus>,
+            Vec<Held>,
             Option<(&'a str, &'a str)>,
             Expect<'a>,
         );
@@ -402,24 +443,24 @@ mod tests {
         #[rustfmt::skip]
         let table: Vec<Row> = vec![
             // name, spec.state, partitions, problem, (ready, reconciling, stalled), reason, message contains
-            ("all mirroring", D::Mirroring, vec![part(0, Mirroring), part(1, Mirroring)], None,
+            ("all mirroring", D::Mirroring, vec![ok(0, Mirroring), ok(1, Mirroring)], None,
              ((true, false, false), "Mirroring", "all 2 partitions MIRRORING")),
-            ("still preparing", D::Mirroring, vec![part(0, Mirroring), part(1, Preparing)], None,
+            ("still preparing", D::Mirroring, vec![ok(0, Mirroring), ok(1, Preparing)], None,
              ((false, true, false), "Progressing", "1 of 2 partitions moving to MIRRORING (PREPARING)")),
             ("no partitions yet", D::Mirroring, vec![], None,
              ((false, true, false), "Progressing", "partitions moving to MIRRORING")),
-            ("failing over", D::Stopped, vec![part(0, Stopping), part(1, Stopped)], None,
+            ("failing over", D::Stopped, vec![ok(0, Stopping), ok(1, Stopped)], None,
              ((false, true, false), "Progressing", "moving to STOPPED")),
-            ("failed over, source gone or not", D::Stopped, vec![part(0, Stopped), part(1, Stopped)], None,
+            ("failed over, source gone or not", D::Stopped, vec![ok(0, Stopped), ok(1, Stopped)], None,
              ((true, false, false), "Stopped", "all 2 partitions STOPPED")),
-            ("paused", D::Paused, vec![part(0, Paused)], None,
+            ("paused", D::Paused, vec![ok(0, Paused)], None,
              ((true, false, false), "Paused", "all 1 partitions PAUSED")),
             ("a refused record stalls", D::Mirroring,
-             vec![part(0, Mirroring), failed(1, -1, "RecordRefused", refused)], None,
+             vec![ok(0, Mirroring), failed(1, -1, StopReason::RecordRefused, refused)], None,
              ((false, false, true), "PartitionFailed",
              "partition 1 FAILED (RecordRefused), last mirrored offset 2168: record at offset 2169")),
             ("a retried failure reconciles", D::Mirroring,
-             vec![part(0, Mirroring), failed(1, 2, "Error", "broker down")], None,
+             vec![ok(0, Mirroring), failed(1, 2, StopReason::Error, "broker down")], None,
              ((false, true, false), "PartitionRetrying",
              "partition 1 FAILED (Error), last mirrored offset 2168, retry 2: broker down")),
             ("an invalid spec stalls", D::Mirroring, vec![], Some(("InvalidSpec", "spec.sourceTopic is empty")),
@@ -437,9 +478,8 @@ mod tests {
         ) in table
         {
             let report = Report {
-                partitions,
-                notes: Vec::new(),
                 problem: problem.map(|(r, m)| (r.to_string(), m.to_string())),
+                ..report(partitions)
             };
             let h = topic_health(desired, &report);
             assert_eq!(
@@ -458,18 +498,21 @@ mod tests {
 
     #[test]
     fn many_failed_partitions_make_one_short_line() {
-        let parts: Vec<PartitionStatus> = (0..40)
-            .map(|p| {
-                failed(
-                    p,
-                    -1,
-                    "ForeignWrite",
-                    &"another writer at offset 7; ".repeat(20),
-                )
-            })
-            .collect();
-        let refs: Vec<&PartitionStatus> = parts.iter().collect();
-        let m = failed_message(&refs);
+        let r = report(
+            (0..40)
+                .map(|p| {
+                    failed(
+                        p,
+                        -1,
+                        StopReason::ForeignWrite,
+                        &"another writer at offset 7; ".repeat(20),
+                    )
+                })
+                .collect(),
+        );
+        let refs: Vec<&PartitionStatus> = r.partitions.iter().collect();
+        let m = failed_message(&r, &refs);
+        assert!(m.starts_with("partition 0 FAILED (ForeignWrite)"), "{m}");
         assert!(m.len() <= 512, "{}", m.len());
         assert!(m.contains("also FAILED: partitions 1, 2"), "{m}");
         assert!(m.ends_with(", …"), "{m}");
@@ -492,7 +535,7 @@ mod tests {
             ..Default::default()
         };
         let s = partition_status(0, &records, None);
-        assert_eq!(s.reason.as_deref(), Some("SourceDiverged"));
+        assert_eq!(stop_reason(&records), Some(StopReason::SourceDiverged));
         assert_eq!(s.last_error.as_deref(), Some("stopped: x"));
         // A record written before reasons were recorded: the fetcher's position says why.
         let old = PartitionRecords {
@@ -512,10 +555,13 @@ mod tests {
             }),
             ..Default::default()
         };
-        assert_eq!(
-            partition_status(0, &old, None).reason.as_deref(),
-            Some("ForeignWrite")
-        );
+        assert_eq!(stop_reason(&old), Some(StopReason::ForeignWrite));
+        let mut r = Report::default();
+        r.set(0, &old, None);
+        assert_eq!(r.reason(&r.partitions[0]), "ForeignWrite");
+        r.set(0, &PartitionRecords::default(), None);
+        assert_eq!(r.partitions.len(), 1, "replaced, not added");
+        assert!(r.reasons.is_empty());
         let mirroring = PartitionRecords {
             state: Some(PartitionStateRecord {
                 state: PartitionState::Mirroring,
@@ -523,6 +569,6 @@ mod tests {
             }),
             ..Default::default()
         };
-        assert_eq!(partition_status(0, &mirroring, None).reason, None);
+        assert_eq!(stop_reason(&mirroring), None);
     }
 }
