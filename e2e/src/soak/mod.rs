@@ -100,6 +100,8 @@ pub async fn run(opts: &Options) -> anyhow::Result<(String, bool)> {
         ),
     );
     let bed = faults::replicated();
+    // Fault tests elsewhere share the replicated pair: hold it for the whole run.
+    let _bed_lock = tokio::task::spawn_blocking(faults::exclusive).await?;
     tokio::task::spawn_blocking(|| crate::fetcher::binary("kmirror-fetcher")).await?;
     let client = bed.kube_client().await?;
     crate::crds::install(&client).await?;
