@@ -32,7 +32,10 @@ cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 
 step "build"
-cargo build --workspace --bins --tests
+# One build for everything: the tests' helpers and the bed's node agent build the same way, so
+# their builds find it done (other package selections would compile shared crates again).
+export KMIRROR_NODE_BUILD="--workspace --bins --tests"
+cargo build $KMIRROR_NODE_BUILD
 
 step "test bed up"
 e2e/testbed.sh up --compat --brokers 3

@@ -32,8 +32,11 @@ _node_ready() {
 
 _node_build() {
   local build_log="$KM_LOGS/node-agent-build.log"
-  log "building the node agent (cargo build -p kmirror-node-agent)"
-  if ! (cd "$NODE_REPO" && CARGO_TARGET_DIR="$NODE_TARGET" cargo build -p kmirror-node-agent) \
+  # KMIRROR_NODE_BUILD (make test sets it to its own build, "--workspace --bins --tests", so the
+  # agent comes out of that build instead of a second one with other dependency features).
+  local args=(${KMIRROR_NODE_BUILD:--p kmirror-node-agent})
+  log "building the node agent (cargo build ${args[*]})"
+  if ! (cd "$NODE_REPO" && CARGO_TARGET_DIR="$NODE_TARGET" cargo build "${args[@]}") \
     >"$build_log" 2>&1; then
     tail -n 30 "$build_log" >&2
     die "building the node agent failed (full output: $build_log)"

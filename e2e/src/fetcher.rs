@@ -29,16 +29,10 @@ pub fn binary(name: &str) -> PathBuf {
     static BUILT: OnceLock<()> = OnceLock::new();
     BUILT.get_or_init(|| {
         let status = Command::new(env!("CARGO"))
-            .args([
-                "build",
-                "--bins",
-                "-p",
-                "kmirror-fetcher",
-                "-p",
-                "kmirror-operator",
-                "-p",
-                "kubectl-mirror",
-            ])
+            // The very build `make test` does before its tests (same packages, same targets,
+            // hence the same dependency features): a no-op there. Building only the three
+            // packages would resolve other features and compile every shared dependency again.
+            .args(["build", "--workspace", "--bins", "--tests"])
             .current_dir(repo_root())
             .status()
             .expect("run cargo build");

@@ -1268,8 +1268,11 @@ fn dockerfile_build_command_works_with_cargo() {
         3,
         "{command}"
     );
+    // Built for the whole workspace with its tests, as `make test` builds: the same dependency
+    // features, so nothing is compiled again (only the selected packages would resolve others).
     let status = Command::new(env!("CARGO"))
         .args(&args)
+        .args(["--workspace", "--tests"])
         .current_dir(repo_root())
         .status()
         .expect("run cargo");

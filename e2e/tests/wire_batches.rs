@@ -610,3 +610,29 @@ async fn wire_decodes_old_message_formats() {
         .count();
     assert!(wrappers > 0, "the lz4 records came in compressed wrappers");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wire_asks_where_a_leader_epoch_ends() {
+    let bed = Testbed::get();
+    let source = client(&bed.source_config()).await;
+    let topic = unique_name("wire-epochs");
+    create_topic(&bed.source_config(), &topic, 2, &[])
+        .await
+        .unwrap();
+    produce_all(&bed.source_config(), &topic, &records(40, 3), &[]).unwrap();
+    let (_, high) = kmirror_e2e::kafka::watermarks(&bed.source_config(), &topic, 0).unwrap();
+    let epoch = source.topic(&topic).await.unwrap().partitions[&0].leader_epoch;
+    let ends = source
+        .offset_for_leader_epoch(&topic, &[(0, epoch), (1, epoch)])
+        .await
+        .expect("the broker answers OffsetForLeaderEpoch");
+    assert_eq!(ends.len(), 2, "{ends:?}");
+    assert_eq!(ends[0].partition, 0);
+    assert_eq!(ends[0].error, KafkaCode::NONE, "{ends:?}");
+    assert_eq!(ends[0].leader_epoch, epoch, "{ends:?}");
+    assert_eq!(
+        ends[0].end_offset, high,
+        "the current epoch ends at the log end"
+    );
+    assert_eq!(ends[1].partition, 1);
+}

@@ -72,7 +72,38 @@ pub struct FetcherConfig {
     pub startup_settle: Duration,
     /// Name written into position records (the pod name).
     pub writer: Option<String>,
+    /// Write leases from the operator (set when run by the operator; standalone runs write
+    /// without).
+    pub lease: Option<LeaseSettings>,
 }
+
+/// How a fetcher holds its write lease (the holder name is [`FetcherConfig::writer`]).
+#[derive(Debug, Clone)]
+pub struct LeaseSettings {
+    /// The pod's UID.
+    pub holder_uid: String,
+    /// How long a grant lasts.
+    pub duration: Duration,
+    /// Writing stops this long before a grant runs out: more than any produce request of the
+    /// process can take to reach the broker.
+    pub safety: Duration,
+}
+
+impl LeaseSettings {
+    /// Settings for the pod `holder_uid` with leases of `duration`; the safety margin is a
+    /// third of it plus a second, at least the producer's request timeout plus a second.
+    pub fn new(holder_uid: impl Into<String>, duration: Duration) -> LeaseSettings {
+        LeaseSettings {
+            holder_uid: holder_uid.into(),
+            duration,
+            safety: (duration / 3 + Duration::from_secs(1))
+                .max(LEASE_REQUEST_TIMEOUT + Duration::from_secs(1)),
+        }
+    }
+}
+
+/// The destination producer's request timeout while leases are held.
+pub const LEASE_REQUEST_TIMEOUT: Duration = Duration::from_secs(4);
 
 impl FetcherConfig {
     /// A configuration with default tuning.
@@ -101,6 +132,7 @@ impl FetcherConfig {
             shutdown_timeout: Duration::from_secs(20),
             startup_settle: Duration::from_millis(1000),
             writer: None,
+            lease: None,
         }
     }
 }

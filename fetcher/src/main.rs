@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Parser;
-use kmirror_fetcher::{FetcherConfig, Handles, Isolation, TruncationPolicy};
+use kmirror_fetcher::{FetcherConfig, Handles, Isolation, LeaseSettings, TruncationPolicy};
 use kmirror_state::ClusterSettings;
 use kmirror_state::flags::ClusterFlags;
 
@@ -95,6 +95,13 @@ struct Args {
     /// Name written into position records (defaults to $POD_NAME or the host name).
     #[arg(long, env = "POD_NAME")]
     writer: Option<String>,
+    /// The pod's UID: with it, the fetcher writes only under a write lease granted by the
+    /// operator (set by the operator; standalone runs leave it out).
+    #[arg(long, env = "POD_UID")]
+    lease_holder_uid: Option<String>,
+    /// How long a write lease lasts, seconds.
+    #[arg(long, env = "KMIRROR_LEASE_DURATION_SECONDS", default_value_t = 15.0)]
+    lease_duration_seconds: f64,
     /// Log format: `text` or `json`.
     #[arg(long, env = "KMIRROR_LOG_FORMAT", default_value = "text")]
     log_format: String,
@@ -147,6 +154,15 @@ fn config(args: &Args) -> anyhow::Result<FetcherConfig> {
         .writer
         .clone()
         .or_else(|| std::env::var("HOSTNAME").ok());
+    if let Some(uid) = args.lease_holder_uid.as_ref().filter(|u| !u.is_empty()) {
+        if c.writer.is_none() {
+            bail!("--lease-holder-uid needs the holder's name (--writer or $POD_NAME)");
+        }
+        c.lease = Some(LeaseSettings::new(
+            uid.clone(),
+            Duration::from_secs_f64(args.lease_duration_seconds.max(3.0)),
+        ));
+    }
     Ok(c)
 }
 

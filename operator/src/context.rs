@@ -93,6 +93,8 @@ pub struct Context {
     pub states: StateCaches,
     /// Metrics.
     pub metrics: Metrics,
+    /// Write-lease grantors (one per lease topic).
+    pub leases: crate::leases::Grantors,
     /// Settings.
     pub settings: Settings,
     /// When each mirror's metadata sync last ran.
@@ -113,6 +115,7 @@ impl Context {
             client,
             clusters: Clusters::default(),
             states: StateCaches::default(),
+            leases: Default::default(),
             metrics,
             status: StatusWriter::new(settings.status_interval),
             settings,

@@ -79,6 +79,9 @@ pub enum Error {
     /// Opening the state topic on the destination.
     #[error("opening the state topic: {0}")]
     OpenState(#[source] StateError),
+    /// Opening the lease topic on the destination.
+    #[error("opening the lease topic: {0}")]
+    OpenLeases(#[source] kmirror_state::lease_io::LeaseTopicError),
     /// Listing the fetcher pods of a topic.
     #[error("listing fetcher pods: {0}")]
     ListPods(#[source] kube::Error),
@@ -162,7 +165,7 @@ impl Error {
             | Error::EnsureDestinationTopic(c)
             | Error::Failback(c)
             | Error::FinishFailover(c) => c.label(),
-            Error::DescribeDestination(_) => "kafka",
+            Error::DescribeDestination(_) | Error::OpenLeases(_) => "kafka",
             Error::OpenState(_) | Error::PersistTransitions(_) | Error::RemoveStateRecords(_) => {
                 "state_topic"
             }

@@ -18,6 +18,7 @@ pub mod failover;
 pub mod http;
 pub mod kafka;
 pub mod leader;
+pub mod leases;
 pub mod lifecycle;
 pub mod metrics;
 pub mod mirror_topic;

@@ -247,6 +247,8 @@ impl FetcherPod<'_> {
                     args: Some(args),
                     env: Some(vec![
                         field_env("POD_NAME", "metadata.name"),
+                        // With its UID the fetcher writes only under a write lease.
+                        field_env("POD_UID", "metadata.uid"),
                         field_env("POD_IP", "status.podIP"),
                         EnvVar {
                             name: "KMIRROR_LOG_FORMAT".into(),

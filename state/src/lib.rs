@@ -3,6 +3,8 @@
 //! - [`records`]: the records of the state topic (`__kmirror_state`) and their versioned JSON —
 //!   partition states (operator), positions and offset-map chunks (fetcher), stop reasons;
 //! - [`store`]: reading the state topic to its end and writing records durably;
+//! - [`leases`] and [`lease_io`]: the lease topic's records (one writer per destination
+//!   partition), the holder's validity arithmetic, and reading and writing them;
 //! - [`offset_map`]: the exact source ↔ destination offset map;
 //! - [`kafka_admin`]: the admin calls rdkafka's Rust API lacks (topic IDs, ACLs, configs);
 //! - [`kafka_record`]: owned record copies, their comparison, reading one record;
@@ -13,6 +15,8 @@ pub mod connection;
 pub mod flags;
 pub mod kafka_admin;
 pub mod kafka_record;
+pub mod lease_io;
+pub mod leases;
 pub mod logging;
 pub mod offset_map;
 pub mod quiet;

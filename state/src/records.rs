@@ -120,13 +120,16 @@ pub enum StopReason {
     SourceDiverged,
     /// The destination refuses a record (its size, its timestamp).
     RecordRefused,
+    /// The fetcher's write lease ran out without renewal from the operator (the pod is being
+    /// replaced, the operator is unreachable): it stopped writing; retried.
+    LeaseExpired,
     /// Any other error (connection, delivery, configuration); retried.
     Error,
 }
 
 impl StopReason {
     /// Every reason, in exit-code order of the named ones, then [`StopReason::Error`].
-    pub const ALL: [StopReason; 10] = [
+    pub const ALL: [StopReason; 11] = [
         StopReason::ForeignWrite,
         StopReason::SourceTopicRecreated,
         StopReason::SourceClusterChanged,
@@ -136,6 +139,7 @@ impl StopReason {
         StopReason::DestinationTruncated,
         StopReason::SourceDiverged,
         StopReason::RecordRefused,
+        StopReason::LeaseExpired,
         StopReason::Error,
     ];
 
@@ -151,6 +155,7 @@ impl StopReason {
             StopReason::DestinationTruncated => 16,
             StopReason::SourceDiverged => 17,
             StopReason::RecordRefused => 18,
+            StopReason::LeaseExpired => 19,
             StopReason::Error => 1,
         }
     }
@@ -164,7 +169,10 @@ impl StopReason {
     /// stop; a destination that lost records is retried because the next start copies them
     /// again (resuming from the destination log end is safe).
     pub fn retryable(self) -> bool {
-        matches!(self, StopReason::Error | StopReason::DestinationTruncated)
+        matches!(
+            self,
+            StopReason::Error | StopReason::DestinationTruncated | StopReason::LeaseExpired
+        )
     }
 
     /// The name used in status, metrics and alerts (PascalCase, e.g. `SourceDiverged`).
@@ -179,6 +187,7 @@ impl StopReason {
             StopReason::DestinationTruncated => "DestinationTruncated",
             StopReason::SourceDiverged => "SourceDiverged",
             StopReason::RecordRefused => "RecordRefused",
+            StopReason::LeaseExpired => "LeaseExpired",
             StopReason::Error => "Error",
         }
     }
@@ -556,6 +565,7 @@ mod tests {
             (StopReason::DestinationTruncated, "destinationTruncated", 16, true, "DestinationTruncated"),
             (StopReason::SourceDiverged, "sourceDiverged", 17, false, "SourceDiverged"),
             (StopReason::RecordRefused, "recordRefused", 18, false, "RecordRefused"),
+            (StopReason::LeaseExpired, "leaseExpired", 19, true, "LeaseExpired"),
             (StopReason::Error, "error", 1, true, "Error"),
         ];
         assert_eq!(table.len(), StopReason::ALL.len());

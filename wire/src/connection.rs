@@ -33,6 +33,7 @@ pub(crate) fn client_max_version(key: i16) -> i16 {
         Ok(ApiKey::SaslHandshake) => 1,
         Ok(ApiKey::SaslAuthenticate) => 2,
         Ok(ApiKey::InitProducerId) => 5,
+        Ok(ApiKey::OffsetForLeaderEpoch) => 4,
         _ => -1,
     }
 }
@@ -48,6 +49,7 @@ pub(crate) fn api_name(key: i16) -> &'static str {
         Ok(ApiKey::SaslHandshake) => "SaslHandshake",
         Ok(ApiKey::SaslAuthenticate) => "SaslAuthenticate",
         Ok(ApiKey::InitProducerId) => "InitProducerId",
+        Ok(ApiKey::OffsetForLeaderEpoch) => "OffsetForLeaderEpoch",
         _ => "request",
     }
 }

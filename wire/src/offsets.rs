@@ -11,6 +11,12 @@ use crate::client::Client;
 use crate::error::{KafkaCode, WireError};
 use crate::fetch::Isolation;
 
+/// The replica id of consumers' ListOffsets requests (high watermark or last stable offset).
+const CONSUMER_REPLICA_ID: i32 = -1;
+
+/// The replica id brokers answer from their local log without isolation (its log end).
+const DEBUGGING_REPLICA_ID: i32 = -2;
+
 /// Which offset to look up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OffsetSpec {
@@ -70,7 +76,9 @@ impl Client {
         let mut out: Vec<Option<ListedOffset>> = vec![None; partitions.len()];
         for round in rounds {
             let asked: Vec<(i32, OffsetSpec)> = round.iter().map(|&(_, p, s)| (p, s)).collect();
-            let answers = self.list_offsets_once(topic, &asked, isolation).await?;
+            let answers = self
+                .list_offsets_once(topic, &asked, isolation, CONSUMER_REPLICA_ID)
+                .await?;
             for (i, partition, _) in round {
                 out[i] = answers.iter().find(|a| a.partition == partition).copied();
             }
@@ -78,11 +86,34 @@ impl Client {
         Ok(out.into_iter().flatten().collect())
     }
 
+    /// The log end offsets of `topic` partitions at their leaders: not the high watermark but
+    /// the end of the leader's own log, records not yet on every in-sync replica included
+    /// (ListOffsets sent with the debugging replica id, which brokers answer from the local
+    /// replica without isolation).
+    pub async fn log_ends(
+        &self,
+        topic: &str,
+        partitions: &[i32],
+    ) -> Result<Vec<ListedOffset>, WireError> {
+        let asked: Vec<(i32, OffsetSpec)> = partitions
+            .iter()
+            .map(|p| (*p, OffsetSpec::Latest))
+            .collect();
+        self.list_offsets_once(
+            topic,
+            &asked,
+            Isolation::ReadUncommitted,
+            DEBUGGING_REPLICA_ID,
+        )
+        .await
+    }
+
     async fn list_offsets_once(
         &self,
         topic: &str,
         partitions: &[(i32, OffsetSpec)],
         isolation: Isolation,
+        replica_id: i32,
     ) -> Result<Vec<ListedOffset>, WireError> {
         let failed = |partition, error| ListedOffset {
             partition,
@@ -116,7 +147,7 @@ impl Client {
                 )));
             }
             let mut request = ListOffsetsRequest::default()
-                .with_replica_id(BrokerId(-1))
+                .with_replica_id(BrokerId(replica_id))
                 .with_topics(vec![
                     ListOffsetsTopic::default()
                         .with_name(TopicName(StrBytes::from_string(topic.to_string())))

@@ -72,6 +72,13 @@ pub(super) fn producer_config(
     c.set("enable.idempotence", "true")
         .set("enable.gapless.guarantee", "true")
         .set("acks", "all");
+    if config.lease.is_some() {
+        // No produce request may outlive the lease's safety margin.
+        c.set(
+            "request.timeout.ms",
+            crate::config::LEASE_REQUEST_TIMEOUT.as_millis().to_string(),
+        );
+    }
     Ok(c)
 }
 

@@ -2,6 +2,7 @@
 //! or a finding that forbids writing on), persist the final positions with the outcome, set the
 //! state metrics — and how a start-up failure is recorded for the operator.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use kmirror_crds::v1alpha1::PartitionState;
@@ -23,8 +24,16 @@ impl Fetcher<'_> {
     /// Ends the run: flush what can be flushed — nothing after a failed delivery (the gapless
     /// producer must not deliver what followed it) or a finding that forbids writing on (another
     /// writer, a refused record, a diverged source): that is purged — and persist the final
-    /// positions with the outcome.
-    pub(super) fn finish(mut self, result: Result<(), Stop>) -> Outcome {
+    /// positions with the outcome. Also says whether everything produced was confirmed (nothing
+    /// purged, nothing left in flight), so that the write lease can be released.
+    pub(super) fn finish(mut self, result: Result<(), Stop>) -> (Outcome, bool) {
+        // Whatever stopped the run, once the lease ran out another process may write: nothing
+        // more is delivered or persisted.
+        if let Some(lease) = self.lease
+            && let Err(expired) = lease.check()
+        {
+            return (self.lease_expired(&expired), false);
+        }
         let flush_budget = self.config.shutdown_timeout.saturating_sub(PERSIST_BUDGET);
         let flushed = match &result {
             Err(stop) if stop.purges() => {
@@ -33,6 +42,7 @@ impl Fetcher<'_> {
             }
             _ => self.flush_producer(flush_budget),
         };
+        let confirmed = flushed.is_ok() && !result.as_ref().is_err_and(Stop::purges);
         // A failed flush is itself a failed delivery: drop what remains.
         if let Err(stop) = &flushed
             && stop.purges()
@@ -68,7 +78,23 @@ impl Fetcher<'_> {
         for unit in self.units.values() {
             self.handles.metrics.set_state(&unit.labels, state);
         }
-        outcome
+        (outcome, confirmed)
+    }
+}
+
+impl Fetcher<'_> {
+    /// Ends a run whose lease ran out: the producer is purged (by the lease thread already),
+    /// positions are not written (the next holder's start reads the destination log).
+    fn lease_expired(self, stop: &Stop) -> Outcome {
+        delivery::purge(&self.producer, &mut BTreeMap::new());
+        self.handles.health.set_ready(false);
+        for unit in self.units.values() {
+            self.handles
+                .metrics
+                .set_state(&unit.labels, PartitionState::Stopped);
+        }
+        tracing::error!(reason = ?stop.reason(), "{stop}");
+        Outcome::failed(stop)
     }
 }
 

@@ -1,11 +1,15 @@
 //! The replication engine: source partitions in, destination partitions out, at the offsets the
 //! offset map dictates, with the destination log as the only checkpoint.
 //!
+//! With leases (`lease`, run by the operator), nothing is written before the operator grants the
+//! partitions and nothing after the grant runs out (docs/fencing.md).
+//!
 //! A run has four parts, each in its own module:
 //! 1. **start-up** (`startup`, its decisions pure in `start_plan`): check the source cluster ID
 //!    and topic ID against what the state topic recorded; wait until the destination log end is
-//!    stable (a previous incarnation's last requests drain) and derive the next source offset from
-//!    it through the offset map; compare the last destination record with its source record (a
+//!    stable and every in-sync replica holds it (the leader's own log end equals the high
+//!    watermark, `log_end`: a previous incarnation's last requests drain) and derive the next
+//!    source offset from it through the offset map; compare the last destination record with its source record (a
 //!    foreign write fails); on an empty destination whose source log starts above 0, align the
 //!    prefix;
 //! 2. **the poll loop** (`poll_loop`): poll a batch, record gaps in the map (persisted before the
@@ -28,9 +32,12 @@ mod clients;
 mod delivery;
 mod epochs;
 mod finish;
+mod lease;
 mod limits;
+mod log_end;
 mod poll_loop;
 mod position;
+mod prefix;
 mod source_check;
 mod start_plan;
 mod startup;
@@ -205,13 +212,17 @@ struct Fetcher<'a> {
     source_config: ClientConfig,
     destination_config: ClientConfig,
     consumer: BaseConsumer,
-    producer: BaseProducer<DeliveryContext>,
+    producer: Arc<BaseProducer<DeliveryContext>>,
+    /// The write lease, when the operator grants them.
+    lease: Option<&'a lease::LeaseHolder>,
     source_admin: AdminClient<DefaultClientContext>,
     state: StateWriter,
     /// What the destination topic accepts.
     limits: DestinationLimits,
     /// Where source leader epochs end (asked when something looks wrong).
     epochs: SourceEpochs,
+    /// The destination leaders' own log ends (asked at start).
+    log_ends: log_end::DestinationLogEnds,
     source_cluster_id: String,
     source_topic_id: Option<String>,
     units: BTreeMap<i32, Unit>,
@@ -228,12 +239,38 @@ impl Fetcher<'_> {
     }
 }
 
-/// Runs the fetcher until SIGTERM (via `handles.shutdown`) or a stop reason.
+/// Runs the fetcher until SIGTERM (via `handles.shutdown`) or a stop reason. With leases, it
+/// writes nothing before the operator grants them and stops writing when they run out.
 pub fn run(config: &FetcherConfig, handles: &Handles) -> Outcome {
-    let mut fetcher = match Fetcher::start(config, handles) {
+    let lease = match &config.lease {
+        None => None,
+        Some(settings) => {
+            let acquired = clients::cluster_config(config, Side::Destination)
+                .and_then(|d| lease::LeaseHolder::acquire(config, settings, &d, &handles.shutdown));
+            match acquired {
+                Ok(l) => Some(l),
+                Err(stop) => return finish::start_failed(config, &stop),
+            }
+        }
+    };
+    let mut fetcher = match Fetcher::start(config, handles, lease.as_ref()) {
         Ok(f) => f,
-        Err(stop) => return finish::start_failed(config, &stop),
+        Err(stop) => {
+            let stop = match &lease {
+                Some(l) if l.lapsed() => l.check().err().unwrap_or(stop),
+                _ => stop,
+            };
+            if let Some(l) = lease {
+                l.end(false);
+            }
+            return finish::start_failed(config, &stop);
+        }
     };
     let result = fetcher.mirror();
-    fetcher.finish(result)
+    let (outcome, confirmed) = fetcher.finish(result);
+    if let Some(l) = lease {
+        // Everything produced is confirmed: the next holder may start at once.
+        l.end(confirmed);
+    }
+    outcome
 }

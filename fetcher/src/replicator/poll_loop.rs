@@ -234,6 +234,7 @@ impl Fetcher<'_> {
         let _ = self.refresh_lag();
         while !self.handles.shutdown.load(Ordering::Relaxed) {
             self.handles.health.beat();
+            self.check_lease()?;
             self.mirror_once(Duration::from_millis(100))?;
             self.producer.poll(Duration::ZERO);
             self.drain_deliveries()?;
@@ -251,6 +252,11 @@ impl Fetcher<'_> {
         Ok(())
     }
 
+    /// Fails with `LeaseExpired` once the write lease ran out.
+    fn check_lease(&self) -> Result<(), Stop> {
+        self.lease.map_or(Ok(()), |l| l.check())
+    }
+
     /// Polls a batch (waiting at most `wait` for the first record), records its gaps, produces
     /// it, then runs the check the consumer asked for.
     fn mirror_once(&mut self, wait: Duration) -> Result<(), Stop> {
@@ -264,11 +270,15 @@ impl Fetcher<'_> {
                 handles,
                 throttle,
                 limits,
+                lease,
                 ..
             } = self;
             let batch = poll_batch(consumer, wait);
             let (decisions, gaps) = accept_batch(units, &handles.metrics, &batch.records)?;
             persist_gaps(state, config, units, &gaps)?;
+            if let Some(l) = lease {
+                l.check()?;
+            }
             let target = Target {
                 topic: &config.destination_topic,
                 limits,
@@ -447,7 +457,15 @@ impl Fetcher<'_> {
         if let Some(id) = self.consumer.client().fetch_cluster_id(ADMIN_TIMEOUT) {
             check_cluster_id(&self.source_cluster_id, &id)?;
         }
-        let topic_id = self.describe_source()?;
+        let topic_id = match self.describe_source() {
+            // No answer (the source is restarting, unreachable, slow) is not a verdict: copying
+            // waits for the source anyway, and the check runs again at the next interval.
+            Err(Stop::DescribeSourceTopic { source, .. }) => {
+                tracing::warn!(error = %source, "could not describe the source topic; checking again later");
+                return Ok(());
+            }
+            other => other?,
+        };
         check_topic_id(
             &self.config.source_topic,
             self.source_topic_id.as_deref(),

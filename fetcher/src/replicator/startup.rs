@@ -5,6 +5,7 @@
 //! or refuse what retention deleted, align the prefix — then assign the consumer.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kmirror_crds::v1alpha1::PartitionState;
@@ -13,16 +14,17 @@ use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{BaseProducer, BaseRecord};
+use rdkafka::producer::BaseProducer;
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::clients::{
     cluster_config, producer_compresses, producer_config, source_consumer_config,
 };
-use super::delivery::{self, DeliveryContext, Pending};
+use super::delivery::DeliveryContext;
 use super::epochs::SourceEpochs;
+use super::lease::LeaseHolder;
 use super::limits::DestinationLimits;
+use super::log_end::DestinationLogEnds;
 use super::position::rewrite_map;
 use super::source_check::Known;
 use super::start_plan::{
@@ -31,16 +33,31 @@ use super::start_plan::{
 use super::stop::{Side, Stop};
 use super::{ADMIN_TIMEOUT, Fetcher, Handles, Unit};
 use crate::config::FetcherConfig;
-use crate::cursor::Cursor;
 use crate::throttle::Throttle;
 use kmirror_state::kafka_admin::describe_topics;
-use kmirror_state::kafka_record::{
-    PLACEHOLDER_HEADER, PLACEHOLDER_KEY, read_record_at, set_leader_epoch,
-};
-use kmirror_state::records::{
-    DataLossRecord, FetcherStatus, PartitionRecords, PrefixAlignment, now_ms,
-};
+use kmirror_state::kafka_record::{read_record_at, set_leader_epoch};
+use kmirror_state::records::{DataLossRecord, FetcherStatus, PartitionRecords, now_ms};
 use kmirror_state::store::{self, StateWriter};
+
+/// What the start-up settle does once the high watermark `hw` stood still for a settle time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SettleStep {
+    /// Every in-sync replica holds the log up to `hw`: resume from it.
+    Settled,
+    /// The leader's log ends beyond the high watermark (records a follower lacks): wait.
+    AheadOfReplicas(i64),
+    /// The leader's log end is unknown: wait one more settle time, once.
+    WaitLonger,
+}
+
+fn settle_step(hw: i64, leader_end: Option<i64>, waited_longer: bool) -> SettleStep {
+    match leader_end {
+        Some(end) if end > hw => SettleStep::AheadOfReplicas(end),
+        Some(_) => SettleStep::Settled,
+        None if waited_longer => SettleStep::Settled,
+        None => SettleStep::WaitLonger,
+    }
+}
 
 /// Times the destination log end is read while it still moves before giving up.
 const SETTLE_ATTEMPTS: usize = 30;
@@ -95,6 +112,7 @@ impl<'a> Fetcher<'a> {
     pub(super) fn start(
         config: &'a FetcherConfig,
         handles: &'a Handles,
+        lease: Option<&'a LeaseHolder>,
     ) -> Result<Fetcher<'a>, Stop> {
         let source_config = source_consumer_config(config)?;
         let destination_config = cluster_config(config, Side::Destination)?;
@@ -106,12 +124,17 @@ impl<'a> Fetcher<'a> {
                     client: "source consumer",
                     source,
                 })?;
-        let producer: BaseProducer<DeliveryContext> = producer_config(config, &limits)?
-            .create_with_context(DeliveryContext::default())
-            .map_err(|source| Stop::CreateClient {
-                client: "destination producer",
-                source,
-            })?;
+        let producer: Arc<BaseProducer<DeliveryContext>> = Arc::new(
+            producer_config(config, &limits)?
+                .create_with_context(DeliveryContext::default())
+                .map_err(|source| Stop::CreateClient {
+                    client: "destination producer",
+                    source,
+                })?,
+        );
+        if let Some(l) = lease {
+            l.guard(producer.clone());
+        }
         let source_admin: AdminClient<DefaultClientContext> = cluster_config(config, Side::Source)?
             .create()
             .map_err(|source| Stop::CreateClient {
@@ -125,15 +148,18 @@ impl<'a> Fetcher<'a> {
             .fetch_cluster_id(ADMIN_TIMEOUT)
             .ok_or(Stop::FetchSourceClusterId)?;
         let epochs = SourceEpochs::new(&source_config);
+        let log_ends = DestinationLogEnds::new(&destination_config);
         let mut fetcher = Fetcher {
             config,
             handles,
             limits,
             epochs,
+            log_ends,
             source_config,
             destination_config,
             consumer,
             producer,
+            lease,
             source_admin,
             state,
             source_cluster_id,
@@ -258,14 +284,39 @@ impl<'a> Fetcher<'a> {
             })
     }
 
-    /// Destination watermarks once the log end has stopped moving.
-    fn settled_destination_watermarks(&self, partition: i32) -> Result<(i64, i64), Stop> {
+    /// Destination watermarks once the log end every in-sync replica agrees on is reached: the
+    /// high watermark stopped moving and equals the leader's own log end (without the leader's
+    /// answer, the high watermark must stay put for one more settle time).
+    fn settled_destination_watermarks(&mut self, partition: i32) -> Result<(i64, i64), Stop> {
         let mut last = self.destination_watermarks(partition)?;
+        let mut waited_longer = false;
         for _ in 0..SETTLE_ATTEMPTS {
             std::thread::sleep(self.config.startup_settle);
             let now = self.destination_watermarks(partition)?;
             if now.1 == last.1 {
-                return Ok(now);
+                let leader_end = self
+                    .log_ends
+                    .end_of(&self.config.destination_topic, partition);
+                match settle_step(now.1, leader_end, waited_longer) {
+                    SettleStep::Settled => return Ok(now),
+                    SettleStep::AheadOfReplicas(end) => tracing::warn!(
+                        partition,
+                        high_watermark = now.1,
+                        leader_log_end = end,
+                        "the destination leader holds records not yet on every in-sync replica; \
+                         waiting"
+                    ),
+                    SettleStep::WaitLonger => {
+                        tracing::warn!(
+                            partition,
+                            "the destination leader's log end is unknown (see above); waiting \
+                             one more settle time for the high watermark instead"
+                        );
+                        waited_longer = true;
+                    }
+                }
+                last = now;
+                continue;
             }
             tracing::warn!(
                 partition,
@@ -501,146 +552,6 @@ impl<'a> Fetcher<'a> {
         }
         Ok(())
     }
-
-    /// Placeholders for destination offsets up to `target`, then DeleteRecords, so that the
-    /// destination log starts where the source log starts and offsets stay identical.
-    fn align_prefix(&mut self, partition: i32, target: i64) -> Result<(), Stop> {
-        let config = self.config;
-        let topic = &config.destination_topic;
-        let from = self.units[&partition].cursor.next_dst;
-        tracing::info!(
-            partition,
-            target,
-            from,
-            "aligning an empty destination with a source log starting above 0"
-        );
-        let headers = OwnedHeaders::new().insert(Header {
-            key: PLACEHOLDER_HEADER,
-            value: Some(b"1".as_slice()),
-        });
-        loop {
-            let unit = self
-                .units
-                .get_mut(&partition)
-                .expect("unit inserted before alignment");
-            if unit.cursor.next_dst >= target {
-                break;
-            }
-            let expected = unit.cursor.accept_placeholder();
-            // A keyed tombstone: a compacted destination refuses records without a key, and
-            // removes tombstones itself where DeleteRecords is not allowed.
-            let record = BaseRecord::<[u8], [u8], Box<Pending>>::with_opaque_to(
-                topic,
-                Box::new(Pending {
-                    partition,
-                    expected_dst: expected,
-                    source_offset: -1,
-                    bytes: 0,
-                    timestamp: None,
-                }),
-            )
-            .partition(partition)
-            .key(PLACEHOLDER_KEY)
-            .headers(headers.clone());
-            let target = delivery::Target {
-                topic,
-                limits: &self.limits,
-            };
-            delivery::send(
-                &self.producer,
-                &mut self.units,
-                self.handles,
-                target,
-                record,
-            )?;
-            self.producer.poll(Duration::ZERO);
-            self.drain_deliveries()?;
-        }
-        self.flush_producer(Duration::from_secs(120))?;
-        let delete_failed = |source| Stop::DeleteRecords {
-            topic: topic.clone(),
-            partition,
-            offset: target,
-            source,
-        };
-        let admin: AdminClient<DefaultClientContext> =
-            self.destination_config
-                .create()
-                .map_err(|source| Stop::CreateClient {
-                    client: "destination admin client",
-                    source,
-                })?;
-        let mut tpl = TopicPartitionList::new();
-        tpl.add_partition_offset(topic, partition, Offset::Offset(target))
-            .map_err(delete_failed)?;
-        let options = AdminOptions::new().operation_timeout(Some(ADMIN_TIMEOUT));
-        let deleted = futures::executor::block_on(admin.delete_records(&tpl, &options))
-            .map_err(delete_failed)?;
-        let answer = deleted
-            .elements()
-            .iter()
-            .find(|e| e.partition() == partition)
-            .map(|e| match e.error() {
-                Ok(()) => None,
-                Err(err) => Some(
-                    err.rdkafka_error_code()
-                        .unwrap_or(RDKafkaErrorCode::Unknown),
-                ),
-            });
-        match placeholders_deleted(answer) {
-            Deleted::Yes => {}
-            Deleted::NotAllowed(code) => tracing::warn!(
-                partition,
-                target,
-                ?code,
-                "the destination refuses DeleteRecords (POLICY_VIOLATION: cleanup.policy without \
-                 delete); the placeholders below offset {target} stay, as tombstones of key \
-                 {PLACEHOLDER_HEADER}, until compaction removes them"
-            ),
-            Deleted::Failed(code) => {
-                return Err(Stop::DeletePlaceholders {
-                    topic: topic.clone(),
-                    partition,
-                    offset: target,
-                    code,
-                });
-            }
-        }
-        let unit = self
-            .units
-            .get_mut(&partition)
-            .expect("unit inserted before alignment");
-        unit.prefix = Some(PrefixAlignment { target, done: true });
-        let map = std::mem::take(&mut unit.cursor.map);
-        unit.cursor = Cursor::resume(partition, map, target);
-        self.write_position(&self.units[&partition], FetcherStatus::Running, None)?;
-        self.flush_state()?;
-        Ok(())
-    }
-}
-
-/// What a DeleteRecords answer for the placeholders' partition means.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Deleted {
-    /// Deleted: the destination log starts at the target.
-    Yes,
-    /// The topic does not allow deleting records (compact-only): the placeholders stay.
-    NotAllowed(RDKafkaErrorCode),
-    /// The partition's deletion failed (retried by the next start).
-    Failed(RDKafkaErrorCode),
-}
-
-/// Reads the partition's result of a DeleteRecords call: `None` when it is missing from the
-/// answer, `Some(None)` for success, `Some(Some(code))` for its error.
-fn placeholders_deleted(answer: Option<Option<RDKafkaErrorCode>>) -> Deleted {
-    match answer {
-        Some(None) => Deleted::Yes,
-        Some(Some(RDKafkaErrorCode::PolicyViolation)) => {
-            Deleted::NotAllowed(RDKafkaErrorCode::PolicyViolation)
-        }
-        Some(Some(code)) => Deleted::Failed(code),
-        None => Deleted::Failed(RDKafkaErrorCode::UnknownPartition),
-    }
 }
 
 /// Runs `describe` until it finds the topic, or has found it missing `MISSING_CONFIRMATIONS`
@@ -672,6 +583,18 @@ mod tests {
     type MissingRow = (&'static str, Vec<Option<u8>>, Option<u8>, usize);
 
     #[test]
+    fn the_settle_waits_for_the_log_end_every_in_sync_replica_holds() {
+        assert_eq!(settle_step(40, Some(40), false), SettleStep::Settled);
+        assert_eq!(
+            settle_step(40, Some(46), false),
+            SettleStep::AheadOfReplicas(46),
+            "a frozen follower: the leader holds 6 records the high watermark does not cover"
+        );
+        assert_eq!(settle_step(40, None, false), SettleStep::WaitLonger);
+        assert_eq!(settle_step(40, None, true), SettleStep::Settled);
+    }
+
+    #[test]
     fn a_topic_reported_missing_once_is_not_deleted() {
         #[rustfmt::skip]
         let table: Vec<MissingRow> = vec![
@@ -693,23 +616,6 @@ mod tests {
             )
             .unwrap();
             assert_eq!((result, n), (expect, asked), "{name}");
-        }
-    }
-
-    #[test]
-    fn delete_records_answers() {
-        use RDKafkaErrorCode as C;
-        #[rustfmt::skip]
-        let table = [
-            // the partition's answer → meaning
-            (Some(None), Deleted::Yes),
-            (Some(Some(C::PolicyViolation)), Deleted::NotAllowed(C::PolicyViolation)),
-            (Some(Some(C::NotLeaderForPartition)), Deleted::Failed(C::NotLeaderForPartition)),
-            (Some(Some(C::TopicAuthorizationFailed)), Deleted::Failed(C::TopicAuthorizationFailed)),
-            (None, Deleted::Failed(C::UnknownPartition)),
-        ];
-        for (answer, expect) in table {
-            assert_eq!(placeholders_deleted(answer), expect, "{answer:?}");
         }
     }
 }

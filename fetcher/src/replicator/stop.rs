@@ -115,6 +115,32 @@ pub enum Stop {
         #[source]
         source: KafkaError,
     },
+    /// Opening the lease topic or starting the thread that holds the lease failed.
+    #[error("{step}: {source}")]
+    Lease {
+        /// What was being done.
+        step: &'static str,
+        /// The error.
+        #[source]
+        source: kmirror_state::lease_io::LeaseTopicError,
+    },
+    /// The operator granted no write lease in time.
+    #[error(
+        "no write lease from the operator within {waited}s (is the operator running and leading, \
+         and does this pod still exist?); not writing"
+    )]
+    LeaseNotGranted {
+        /// Seconds waited.
+        waited: u64,
+    },
+    /// The write lease ran out without renewal: this process stopped writing.
+    #[error("no lease renewal from the operator for {seconds}s; stopped writing to {}", units.join(", "))]
+    LeaseExpired {
+        /// The units it held.
+        units: Vec<String>,
+        /// Seconds since the last renewal.
+        seconds: u64,
+    },
     /// The destination log end did not settle: something else keeps writing.
     #[error("the log end of {topic}[{partition}] keeps moving: another client writes to it")]
     DestinationLogEndMoving {
@@ -470,6 +496,10 @@ impl Stop {
             Stop::OffsetMapOrder { .. } => StopReason::Error,
             Stop::SourceBehind { .. } => StopReason::Error,
             Stop::UnownedPartition { .. } => StopReason::Error,
+            Stop::Lease { .. } => StopReason::Error,
+            Stop::LeaseNotGranted { .. } => StopReason::Error,
+            // Another process may write now: stop at once, retried by a new pod.
+            Stop::LeaseExpired { .. } => StopReason::LeaseExpired,
             // Findings that retrying cannot change.
             Stop::SourceClusterChanged { .. } => StopReason::SourceClusterChanged,
             Stop::SourceTopicRecreated { .. } => StopReason::SourceTopicRecreated,
@@ -498,7 +528,8 @@ impl Stop {
             Stop::Delivery { .. }
             | Stop::Unconfirmed { .. }
             | Stop::DeliveryRefused { .. }
-            | Stop::LandedBelow { .. } => true,
+            | Stop::LandedBelow { .. }
+            | Stop::LeaseExpired { .. } => true,
             _ => matches!(
                 self.reason(),
                 StopReason::ForeignWrite
@@ -587,6 +618,12 @@ mod tests {
              R::Error, &["placeholders of orders[0] below offset 300"]),
             (Stop::UnownedPartition { what: "delivery for", partition: 9 },
              R::Error, &["delivery for partition 9"]),
+            (Stop::Lease { step: "opening the lease topic", source: kmirror_state::lease_io::LeaseTopicError::Thread("no".into()) },
+             R::Error, &["opening the lease topic"]),
+            (Stop::LeaseNotGranted { waited: 120 },
+             R::Error, &["no write lease", "120s", "not writing"]),
+            (Stop::LeaseExpired { units: vec!["orders[0]".into(), "orders[1]".into()], seconds: 9 },
+             R::LeaseExpired, &["no lease renewal from the operator for 9s", "stopped writing to orders[0], orders[1]"]),
             (Stop::SourceClusterChanged { recorded: "abc".into(), now: "xyz".into() },
              R::SourceClusterChanged, &["is xyz but this mirror recorded abc"]),
             (Stop::SourceTopicRecreated { topic: t(), was: "id1".into(), now: "id2".into() },
@@ -662,6 +699,7 @@ mod tests {
                     | Stop::Unconfirmed { .. }
                     | Stop::DeliveryRefused { .. }
                     | Stop::LandedBelow { .. }
+                    | Stop::LeaseExpired { .. }
             );
             assert_eq!(stop.purges(), expect, "{stop:?}");
         }

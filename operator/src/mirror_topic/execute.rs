@@ -14,8 +14,10 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams};
 
 use super::events::{count_transitions, new_data_losses, record_partitions};
 use super::plan::{Plan, TopicChange};
+use super::pod_view::PodView;
 use crate::context::{Context, FIELD_MANAGER};
 use crate::error::{Cause, Error, Result};
+use crate::leases::ledger::Holder;
 use crate::pods::ANNOTATION_PARTITIONS;
 use crate::scope::MirrorScope;
 use crate::{failback, failover, kafka, topic_configs};
@@ -108,21 +110,42 @@ pub async fn execute(
             }
         }
     }
+    let mut lease_holders = std::mem::take(&mut plan.lease_holders);
     for pod in &plan.create_pods {
         let pod_name = pod.name_any();
-        pods.patch(
-            &pod_name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(pod),
-        )
-        .await
-        .map_err(|source| Error::CreatePod {
-            pod: pod_name.clone(),
-            source,
-        })?;
+        let created = pods
+            .patch(
+                &pod_name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(pod),
+            )
+            .await
+            .map_err(|source| Error::CreatePod {
+                pod: pod_name.clone(),
+                source,
+            })?;
         let partitions = pod.annotations().get(ANNOTATION_PARTITIONS).cloned();
         tracing::info!(%name, pod = %pod_name, partitions = ?partitions, "created fetcher pod");
+        // The new pod may hold its partitions' write leases.
+        if let Some(uid) = created.metadata.uid.clone() {
+            for p in PodView::of(&created).partitions {
+                let holder = Holder {
+                    name: pod_name.clone(),
+                    uid: uid.clone(),
+                };
+                lease_holders.insert(p, holder);
+            }
+        }
     }
+    ctx.leases
+        .get(
+            scope.destination.key,
+            &scope.destination.config,
+            &scope.mirror.spec.state_topic,
+        )
+        .await
+        .map_err(Error::OpenLeases)?
+        .allow(&scope.key, topic, &lease_holders);
 
     record_partitions(&ctx.metrics, &scope.key, topic, &plan.report);
     for note in new_data_losses(&scope.key, topic, &scope.cache.topic(&scope.key, topic)) {

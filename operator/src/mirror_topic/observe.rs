@@ -14,6 +14,8 @@ use kube::api::{Api, ListParams};
 use super::pod_view::{PodView, fetcher_of};
 use crate::context::Context;
 use crate::error::{Error, KafkaError, Result};
+use crate::leases::LeaseHold;
+use crate::leases::ledger::Holder;
 use crate::lifecycle::{FetcherObservation, SourceObservation, awaits_failback, needs_source_end};
 use crate::pods::{LABEL_MIRROR_TOPIC, label_value};
 use crate::scope::MirrorScope;
@@ -71,6 +73,10 @@ pub struct Observation {
     pub destination_ends: BTreeMap<i32, Result<i64, KafkaError>>,
     /// Failback facts of a reverse mirror's PREPARING partitions.
     pub failback: failback::Observed,
+    /// Partitions some fetcher may still write to under a write lease (a replaced pod's
+    /// predecessor, a lost node's process): no replacement starts and no failover makes them
+    /// writable until the lease ends.
+    pub leases: BTreeMap<i32, LeaseHold>,
     /// The value of the retry annotation.
     pub retry_token: Option<String>,
     /// Now, ms since the epoch.
@@ -167,11 +173,35 @@ pub async fn observe(ctx: &Context, scope: &MirrorScope, mt: &MirrorTopic) -> Re
         )
         .await
         .map_err(Error::ListPods)?;
-    let pods = pod_list
+    let pods: BTreeMap<i32, PodView> = pod_list
         .items
         .iter()
         .map(|pod| (PodView::index_of(pod), PodView::of(pod)))
         .collect();
+    // From here on only the pods that exist (and are not going) may hold write leases.
+    let grantor = ctx
+        .leases
+        .get(
+            scope.destination.key,
+            &scope.destination.config,
+            &scope.mirror.spec.state_topic,
+        )
+        .await
+        .map_err(Error::OpenLeases)?;
+    let holders: Vec<Holder> = pods
+        .values()
+        .filter(|p| !p.terminating)
+        .map(|p| Holder {
+            name: p.name.clone(),
+            uid: p.uid.clone(),
+        })
+        .collect();
+    let mut known: BTreeSet<i32> = records.keys().copied().collect();
+    if let SourceTopic::Described { partitions, .. } = &source {
+        known.extend(0..*partitions as i32);
+    }
+    let known: Vec<i32> = known.into_iter().collect();
+    let leases = grantor.holds(&scope.key, topic, &known, &holders);
     let mut o = Observation {
         records,
         source,
@@ -180,6 +210,7 @@ pub async fn observe(ctx: &Context, scope: &MirrorScope, mt: &MirrorTopic) -> Re
         source_ends: BTreeMap::new(),
         destination_ends: BTreeMap::new(),
         failback: Default::default(),
+        leases,
         retry_token: mt.annotations().get(ANNOTATION_RETRY).cloned(),
         now_ms: now_ms(),
     };

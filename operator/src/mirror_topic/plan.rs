@@ -22,6 +22,7 @@ use crate::context::Note;
 use crate::error::KafkaError;
 use crate::failback::plan::{self as failback_plan, SourceIds};
 use crate::failover::{Finish, stopped_record};
+use crate::leases::ledger::Holder;
 use crate::lifecycle::{Decision, Observed, SourceObservation, decide, settled_state};
 use crate::pods::{FetcherPod, fnv1a, group_of, groups, pod_name};
 
@@ -71,8 +72,12 @@ pub struct Plan {
     pub finish: Option<Finish>,
     /// 5. Fetcher pods to delete (by name), then to create.
     pub delete_pods: Vec<String>,
-    /// Fetcher pods to create (only where no pod object of that name exists).
+    /// Fetcher pods to create (only where no pod object of that name exists and no other
+    /// holder's write lease on its partitions is still running).
     pub create_pods: Vec<Pod>,
+    /// 7. Which existing pod may hold the write lease of each partition the plan runs a
+    ///    fetcher for (pods created by this plan are added once they exist).
+    pub lease_holders: BTreeMap<i32, Holder>,
     /// 6. The status.
     pub status: MirrorTopicStatus,
     /// What the status is made of.
@@ -287,11 +292,31 @@ pub fn plan(o: &Observation, spec: &Spec<'_>) -> Plan {
     }
 
     // STOPPING partitions whose fetcher is gone: last mirrored offset, final sync, WRITE ACLs,
-    // STOPPED.
+    // STOPPED — once no fetcher can still write to them (no partition is writable by
+    // applications while a fetcher's write lease runs).
+    let mut lease_notes = Vec::new();
+    let mut lease_wait: Option<Duration> = None;
+    let mut wait_for_lease = |p: i32, what: &str| {
+        let hold = &o.leases[&p];
+        lease_notes.push(format!(
+            "partition {p}: {what} once the write lease of {} ends (at most {}s)",
+            hold.holder,
+            hold.remaining.as_secs() + 1
+        ));
+        let after = hold.remaining + Duration::from_millis(200);
+        lease_wait = Some(lease_wait.map_or(after, |w| w.min(after)));
+    };
     let finishing: Vec<i32> = decisions
         .iter()
         .filter(|(_, d)| d.finish_stop)
         .map(|(p, _)| *p)
+        .filter(|p| {
+            let held = o.leases.contains_key(p);
+            if held {
+                wait_for_lease(*p, "becomes writable");
+            }
+            !held
+        })
         .collect();
     let finish = (!finishing.is_empty()).then(|| {
         let all_stopped = records.iter().all(|(p, r)| {
@@ -382,7 +407,35 @@ pub fn plan(o: &Observation, spec: &Spec<'_>) -> Plan {
     let create_pods: Vec<Pod> = wanted_groups
         .iter()
         .filter(|(index, _)| !o.pods.contains_key(index))
+        .filter(|(_, parts)| {
+            let held: Vec<i32> = parts
+                .iter()
+                .copied()
+                .filter(|p| o.leases.contains_key(p))
+                .collect();
+            for p in &held {
+                wait_for_lease(*p, "a new fetcher starts");
+            }
+            held.is_empty()
+        })
         .map(|(index, parts)| fetcher_pod(*index, parts))
+        .collect();
+    let lease_holders: BTreeMap<i32, Holder> = wanted_groups
+        .iter()
+        .filter_map(|(index, parts)| {
+            let pod = o.pods.get(index)?;
+            let keeps = !pod.terminating && !delete_pods.contains(&pod.name);
+            keeps.then(|| {
+                parts.iter().map(|p| {
+                    let holder = Holder {
+                        name: pod.name.clone(),
+                        uid: pod.uid.clone(),
+                    };
+                    (*p, holder)
+                })
+            })
+        })
+        .flatten()
         .collect();
 
     // Status and the next look.
@@ -404,12 +457,16 @@ pub fn plan(o: &Observation, spec: &Spec<'_>) -> Plan {
         if let Some(after) = d.requeue_after {
             requeue = requeue.min(after);
         }
-        if d.transition.is_some() || d.finish_stop {
+        if d.transition.is_some() || (d.finish_stop && finishing.contains(&p)) {
             requeue = Duration::ZERO;
         }
         if state != settled || state == PartitionState::Mirroring {
             requeue = requeue.min(Duration::from_secs(5));
         }
+    }
+    report.notes.extend(lease_notes);
+    if let Some(after) = lease_wait {
+        requeue = requeue.min(after);
     }
     report.problem = match &o.source {
         SourceTopic::Unreachable(e) => Some(("SourceUnreachable".to_string(), e.clone())),
@@ -428,6 +485,7 @@ pub fn plan(o: &Observation, spec: &Spec<'_>) -> Plan {
         finish,
         delete_pods,
         create_pods,
+        lease_holders,
         status: topic_status(mt, report.clone(), &now),
         report,
         decisions,

@@ -169,6 +169,8 @@ struct Given {
     destination_end: Option<i64>,
     failback: Vec<(i32, Facts)>,
     retry_token: Option<&'static str>,
+    /// Partitions another holder's write lease still covers: (partition, seconds left).
+    leases: Vec<(i32, u64)>,
 }
 
 impl Default for Given {
@@ -187,6 +189,7 @@ impl Default for Given {
             destination_end: Some(100),
             failback: Vec::new(),
             retry_token: None,
+            leases: Vec::new(),
         }
     }
 }
@@ -239,6 +242,7 @@ fn observation(g: &Given, mt: &MirrorTopic, cm: &ClusterMirror) -> Observation {
             .spec_hash();
             let view = PodView {
                 name: format!("orders-fetcher-{}", p.index),
+                uid: format!("uid-{}", p.index),
                 partitions: p.partitions.clone(),
                 hash: if p.current { hash } else { "old".into() },
                 terminating: p.terminating,
@@ -277,6 +281,17 @@ fn observation(g: &Given, mt: &MirrorTopic, cm: &ClusterMirror) -> Observation {
             facts: g.failback.iter().cloned().collect(),
             source_cluster_id: Some("src-1".into()),
         },
+        leases: g
+            .leases
+            .iter()
+            .map(|(p, secs)| {
+                let hold = crate::leases::LeaseHold {
+                    holder: "orders-fetcher-0".into(),
+                    remaining: Duration::from_secs(*secs),
+                };
+                (*p, hold)
+            })
+            .collect(),
         retry_token: g.retry_token.map(Into::into),
         now_ms: NOW,
     };
@@ -585,6 +600,54 @@ fn cases() -> Vec<Case> {
             },
         },
         Case {
+            name: "a lost node's fetcher still holds the write lease: no replacement until it ends",
+            given: Given {
+                parts: vec![part(0, Mirroring)],
+                leases: vec![(0, 12)],
+                ..Given::default()
+            },
+            want: Want {
+                requeue_at_most: Some(Duration::from_millis(12_200)),
+                check: Some(|plan| {
+                    assert!(plan.lease_holders.is_empty());
+                    let notes = plan.report.notes.join("; ");
+                    assert!(
+                        notes.contains("a new fetcher starts once the write lease of orders-fetcher-0 ends (at most 13s)"),
+                        "{notes}"
+                    );
+                }),
+                ..Want::default()
+            },
+        },
+        Case {
+            name: "the pod that runs a partition is the one that may hold its lease",
+            given: Given {
+                per_pod: 2,
+                source: Src::Present(2),
+                parts: vec![part(0, Mirroring), part(1, Mirroring)],
+                pods: vec![pod(0, &[0, 1])],
+                ..Given::default()
+            },
+            want: Want {
+                requeue_at_most: Some(Duration::from_secs(5)),
+                check: Some(|plan| {
+                    let holders: Vec<(i32, String, String)> = plan
+                        .lease_holders
+                        .iter()
+                        .map(|(p, h)| (*p, h.name.clone(), h.uid.clone()))
+                        .collect();
+                    assert_eq!(
+                        holders,
+                        vec![
+                            (0, "orders-fetcher-0".into(), "uid-0".into()),
+                            (1, "orders-fetcher-0".into(), "uid-0".into())
+                        ]
+                    );
+                }),
+                ..Want::default()
+            },
+        },
+        Case {
             name: "MIRRORING with its current pod: nothing to do, look again soon",
             given: Given {
                 parts: vec![part(0, Mirroring).at(90, 100)],
@@ -775,6 +838,28 @@ fn cases() -> Vec<Case> {
             },
             want: Want {
                 delete: vec!["orders-fetcher-0"],
+                ..Want::default()
+            },
+        },
+        Case {
+            name: "failover, fetcher pod gone but its lease runs: not writable for applications yet",
+            given: Given {
+                desired: WantStopped,
+                parts: vec![part(0, Stopping).drain_target(100).at(100, 100)],
+                destination_end: Some(100),
+                leases: vec![(0, 7)],
+                ..Given::default()
+            },
+            want: Want {
+                requeue_at_most: Some(Duration::from_millis(7_200)),
+                check: Some(|plan| {
+                    assert_eq!(plan.state_of(0), Stopping);
+                    let notes = serde_json::to_string(&plan.status).unwrap();
+                    assert!(
+                        notes.contains("becomes writable once the write lease"),
+                        "{notes}"
+                    );
+                }),
                 ..Want::default()
             },
         },

@@ -14,6 +14,8 @@ use crate::pods::{ANNOTATION_PARTITIONS, ANNOTATION_SPEC_HASH, LABEL_INDEX, grou
 pub struct PodView {
     /// The pod's name.
     pub name: String,
+    /// The pod's UID (a replacement of the same name has another).
+    pub uid: String,
     /// Partitions it serves (annotation).
     pub partitions: Vec<i32>,
     /// Hash of what it runs (annotation).
@@ -52,6 +54,7 @@ impl PodView {
         };
         PodView {
             name: pod.name_any(),
+            uid: pod.metadata.uid.clone().unwrap_or_default(),
             partitions,
             hash: annotations
                 .get(ANNOTATION_SPEC_HASH)
