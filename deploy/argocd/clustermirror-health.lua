@@ -3,9 +3,10 @@
 -- resource.customizations scripts without Lua's string library: only base and table functions
 -- are used here.
 --   Progressing  no status yet, a spec change not yet observed, partitions not settled yet
+--                (Ready False with reason Progressing, Reconciling True)
 --   Healthy      Ready; or every partition failed over (STOPPED), even with the source gone
 --   Suspended    every partition PAUSED
---   Degraded     Ready False: invalid spec, a cluster unreachable, partitions FAILED
+--   Degraded     Ready False otherwise: invalid spec, a cluster unreachable, partitions FAILED
 local hs = {}
 
 local function condition(conditions, kind)
@@ -58,6 +59,11 @@ if ready.reason ~= "InvalidSpec" and total > 0 and stopped == total then
   if ready.status ~= "True" then
     hs.message = hs.message .. " (" .. ready.reason .. ": " .. ready.message .. ")"
   end
+  return hs
+end
+if ready.status ~= "True" and ready.reason == "Progressing" then
+  hs.status = "Progressing"
+  hs.message = ready.message
   return hs
 end
 if ready.status ~= "True" then

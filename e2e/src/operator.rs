@@ -98,6 +98,11 @@ impl OperatorProcess {
         self.child.try_wait().ok().flatten().is_none()
     }
 
+    /// The text of `/metrics`, if it answers.
+    pub fn metrics_text(&self) -> Option<String> {
+        http_get(&self.http, "/metrics")
+    }
+
     /// The value of a metric series (first line starting with `series`).
     pub fn metric(&self, series: &str) -> Option<f64> {
         let body = http_get(&self.http, "/metrics")?;

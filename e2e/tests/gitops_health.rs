@@ -327,6 +327,53 @@ async fn real_mirrors_move_through_every_health() {
     s.apply_topic("audit", json!({"mirror": "dr", "sourceTopic": audit}))
         .await;
     let started = Instant::now();
+    // While a topic is on its way the mirror is not Ready (kstatus: Reconciling), and Argo CD
+    // shows Progressing; watched until the mirror is Ready.
+    let mut seen_progressing = 0;
+    while started.elapsed() < Duration::from_secs(120) {
+        let m = get(&ns, "clustermirror", "dr");
+        let conditions = |kind: &str| {
+            m["status"]["conditions"]
+                .as_array()
+                .and_then(|c| c.iter().find(|c| c["type"] == kind).cloned())
+        };
+        let Some(ready) = conditions("Ready") else {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        };
+        let counts = &m["status"]["partitions"];
+        let on_the_way = ["unknown", "preparing", "stopping"]
+            .iter()
+            .map(|k| counts[*k].as_i64().unwrap_or(0))
+            .sum::<i64>();
+        if on_the_way > 0 {
+            assert_ne!(
+                ready["status"], "True",
+                "a mirror with partitions on their way is not Ready: {m:#}"
+            );
+        }
+        if ready["status"] == "True" && counts["total"] == 3 && counts["mirroring"] == 3 {
+            break;
+        }
+        if ready["reason"] == "Progressing" {
+            let reconciling = conditions("Reconciling").expect("a Reconciling condition");
+            assert_eq!(reconciling["status"], "True", "{m:#}");
+            assert_eq!(
+                reconciling["observedGeneration"],
+                m["metadata"]["generation"]
+            );
+            let file = std::env::temp_dir().join(unique_name("clustermirror-reconciling.json"));
+            std::fs::write(&file, serde_json::to_string(&m).unwrap()).unwrap();
+            let (status, _) = health("ClusterMirror", std::slice::from_ref(&file)).remove(0);
+            std::fs::remove_file(&file).unwrap();
+            assert_eq!(status, "Progressing", "{m:#}");
+            seen_progressing += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!(
+        "the mirror was seen Reconciling (Ready False, Progressing) {seen_progressing} times"
+    );
     let wait = kubectl(&[
         "wait",
         "-n",
@@ -412,11 +459,81 @@ async fn real_mirrors_move_through_every_health() {
         "--timeout=3s",
     ]);
     assert!(!wait.status.success(), "a FAILED topic is not Ready");
+    // kstatus: a partition FAILED for a reason that is not retried stalls the topic; Ready says
+    // which partition, why and where, in one line.
+    let wait = kubectl(&[
+        "wait",
+        "-n",
+        &ns,
+        "--for=condition=Stalled",
+        "mirrortopic/audit",
+        "--timeout=60s",
+    ]);
+    assert!(
+        wait.status.success(),
+        "{}",
+        String::from_utf8_lossy(&wait.stderr)
+    );
+    let failed = get(&ns, "mirrortopic", "audit");
+    let partition = &failed["status"]["partitions"][0];
+    eprintln!("FAILED: {}", partition["lastError"]);
+    let last_error = partition["lastError"].as_str().unwrap();
+    assert!(
+        !last_error.contains('\n') && !last_error.contains('{') && last_error.len() <= 320,
+        "lastError is one short line: {last_error:?}"
+    );
+    let condition = |kind: &str| {
+        failed["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == kind)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {kind} condition: {failed:#}"))
+    };
+    let ready = condition("Ready");
+    assert_eq!(
+        (ready["status"].as_str(), ready["reason"].as_str()),
+        (Some("False"), Some("PartitionFailed"))
+    );
+    let message = ready["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("partition 0 FAILED (ForeignWrite)") && !message.contains('\n'),
+        "{message}"
+    );
+    assert_eq!(condition("Reconciling")["status"], "False");
+    for kind in ["Ready", "Reconciling", "Stalled"] {
+        assert_eq!(
+            condition(kind)["observedGeneration"],
+            failed["metadata"]["generation"],
+            "{kind}"
+        );
+    }
+    // The alerts' series, as scraped: the FAILED partition with its reason, the state topic.
+    let failed_series = format!(
+        r#"kmirror_operator_partition_failed{{mirror="{ns}/dr",topic="{audit}",partition="0",reason="ForeignWrite"}} 1"#
+    );
+    let scraped = operator.metrics_text().expect("/metrics answers");
+    assert!(
+        scraped.lines().any(|l| l == failed_series),
+        "no {failed_series} in\n{scraped}"
+    );
+    let state_topic = Scenario::mirror_spec(bed)["stateTopic"]
+        .as_str()
+        .unwrap_or("__kmirror_state")
+        .to_string();
+    assert_eq!(
+        operator.metric(&format!(
+            r#"kmirror_operator_state_topic_available{{state_topic="{state_topic}"}}"#
+        )),
+        Some(1.0),
+        "{scraped}"
+    );
     capture.check(
         get(&ns, "mirrortopic", "audit"),
         "failed",
         "Degraded",
-        "1 of 1 partitions FAILED: partition 0:",
+        "1 of 1 partitions FAILED: partition 0 FAILED (ForeignWrite)",
     );
     s.wait_mirror("dr", "PartitionsFailed", Duration::from_secs(60), |m| {
         m.status
@@ -436,6 +553,11 @@ async fn real_mirrors_move_through_every_health() {
         "PartitionsFailed: 1 partitions FAILED",
     );
     kubectl(&["delete", "-n", &ns, "mirrortopic/audit", "--timeout=60s"]);
+    let gone = operator.metrics_text().expect("/metrics answers");
+    assert!(
+        !gone.contains(&format!(r#"topic="{audit}",partition="0",reason="#)),
+        "a deleted topic leaves no FAILED series:\n{gone}"
+    );
     s.wait_mirror("dr", "only orders", Duration::from_secs(60), |m| {
         m.status.as_ref().is_some_and(|st| {
             st.partitions.total == 2

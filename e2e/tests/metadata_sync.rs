@@ -339,7 +339,9 @@ async fn source_acls_become_read_only_destination_acls_and_deletions_follow() {
         &app,
         &topic,
         &mixed_records(1, 1, 0, 62),
-        &[("message.timeout.ms", "5000")],
+        // Not idempotent: the refusal is the record's own (an idempotent producer without
+        // IDEMPOTENT_WRITE fails earlier, fatally, and reports its records purged).
+        &[("message.timeout.ms", "5000"), ("enable.idempotence", "false")],
     );
     let err = produced.expect_err("app must not write to a mirrored topic");
     assert!(

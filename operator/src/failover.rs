@@ -63,6 +63,7 @@ pub fn stopped_record(
         state_epoch: previous.state_epoch + 1,
         retry_attempt: 0,
         error: previous.error.clone(),
+        reason: previous.reason,
         last_mirrored_offset: Some(lmo.map_or(-1, |(src, _)| src)),
         last_mirrored_destination_offset: Some(lmo.map_or(-1, |(_, dst)| dst)),
         destination_topic: Some(destination_topic.to_string()),
@@ -92,7 +93,7 @@ pub async fn finish(
     // The final group-offset sync must see the topic as it is now; it is best effort when the
     // source is gone (an immediate failover), and says so.
     let group_sync = if plan.source_reachable {
-        sync::groups::final_sync(scope, mt).await
+        sync::groups::final_sync(scope, &ctx.metrics, mt).await
     } else {
         Err(Cause::Kafka(KafkaError {
             cluster: "source",

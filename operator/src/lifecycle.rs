@@ -95,6 +95,8 @@ pub struct Transition {
     pub to: PartitionState,
     /// Error (FAILED) or note.
     pub error: Option<String>,
+    /// Why the fetcher stopped, when a stop causes the transition.
+    pub reason: Option<StopReason>,
     /// Retry attempt to record: failures so far, -1 when not retryable.
     pub retry_attempt: i32,
 }
@@ -141,6 +143,22 @@ fn go(to: PartitionState, error: Option<String>, retry_attempt: i32) -> Option<T
     Some(Transition {
         to,
         error,
+        reason: None,
+        retry_attempt,
+    })
+}
+
+/// A transition caused by a stop for `reason`.
+fn stop(
+    to: PartitionState,
+    reason: StopReason,
+    text: String,
+    retry_attempt: i32,
+) -> Option<Transition> {
+    Some(Transition {
+        to,
+        error: Some(text),
+        reason: Some(reason),
         retry_attempt,
     })
 }
@@ -157,13 +175,13 @@ fn exit_reason(
     if let Some(e) = recorded
         && code.and_then(StopReason::from_exit_code) == Some(e.reason)
     {
-        return (e.reason, e.message);
+        return (e.reason, crate::status::human_line(&e.message));
     }
     let reason = code
         .and_then(StopReason::from_exit_code)
         .unwrap_or(StopReason::Error);
     let text = match (code, message) {
-        (_, Some(m)) if !m.trim().is_empty() => m.trim().to_string(),
+        (_, Some(m)) if !m.trim().is_empty() => crate::status::human_line(m),
         (Some(c), _) => format!("the fetcher exited with code {c}"),
         (None, _) => "the fetcher was killed".to_string(),
     };
@@ -258,13 +276,13 @@ pub fn decide(o: &Observed<'_>) -> Decision {
                     let (reason, text) = exit_reason(*code, message, o.position);
                     d.remove_exited_pod = true;
                     if reason == StopReason::SourceTopicDeleted {
-                        d.transition = go(Stopping, Some(text), attempt);
+                        d.transition = stop(Stopping, reason, text, attempt);
                     } else if reason.retryable() {
                         let stable = o.now_ms - since > STABLE_AFTER.as_millis() as i64;
                         let next = if stable { 1 } else { attempt.max(0) + 1 };
-                        d.transition = go(Failed, Some(text), next);
+                        d.transition = stop(Failed, reason, text, next);
                     } else {
-                        d.transition = go(Failed, Some(text), -1);
+                        d.transition = stop(Failed, reason, text, -1);
                     }
                 }
                 _ => match o.source {
@@ -276,7 +294,12 @@ pub fn decide(o: &Observed<'_>) -> Decision {
                         );
                     }
                     SourceObservation::Recreated => {
-                        d.transition = go(Failed, Some(RECREATED.into()), -1);
+                        d.transition = stop(
+                            Failed,
+                            StopReason::SourceTopicRecreated,
+                            RECREATED.into(),
+                            -1,
+                        );
                     }
                     _ => d.run_fetcher = true,
                 },
@@ -341,7 +364,12 @@ pub fn decide(o: &Observed<'_>) -> Decision {
         Failed => {
             d.remove_exited_pod = matches!(o.fetcher, FetcherObservation::Exited { .. });
             if o.desired == DesiredState::Stopped {
-                d.transition = go(Stopping, o.recorded.and_then(|r| r.error.clone()), attempt);
+                d.transition = Some(Transition {
+                    to: Stopping,
+                    error: o.recorded.and_then(|r| r.error.clone()),
+                    reason: o.recorded.and_then(|r| r.reason),
+                    retry_attempt: attempt,
+                });
             } else if attempt < 0 {
                 if o.retry_requested {
                     d.transition = go(Preparing, None, 0);
@@ -523,8 +551,13 @@ mod tests {
         let d = decide(&o);
         let t = d.transition.unwrap();
         assert_eq!(
-            (t.to, t.retry_attempt, t.error.as_deref()),
-            (Failed, -1, Some("someone wrote"))
+            (t.to, t.retry_attempt, t.error.as_deref(), t.reason),
+            (
+                Failed,
+                -1,
+                Some("someone wrote"),
+                Some(StopReason::ForeignWrite)
+            )
         );
         assert!(d.remove_exited_pod);
 
@@ -547,7 +580,10 @@ mod tests {
             message: Some("broker down".into()),
         };
         let t = decide(&o).transition.unwrap();
-        assert_eq!((t.to, t.retry_attempt), (Failed, 3));
+        assert_eq!(
+            (t.to, t.retry_attempt, t.reason),
+            (Failed, 3, Some(StopReason::Error))
+        );
         let failed = record(Failed, 3, 1_000_000);
         let mut o = observed(Some(&failed));
         o.now_ms = 1_000_000 + 19_000;
@@ -599,7 +635,10 @@ mod tests {
         let mut o = observed(Some(&r));
         o.source = SourceObservation::Recreated;
         let t = decide(&o).transition.unwrap();
-        assert_eq!((t.to, t.retry_attempt), (Failed, -1));
+        assert_eq!(
+            (t.to, t.retry_attempt, t.reason),
+            (Failed, -1, Some(StopReason::SourceTopicRecreated))
+        );
     }
 
     #[test]

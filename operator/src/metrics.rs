@@ -1,5 +1,7 @@
 //! Prometheus metrics of the operator.
 
+use std::collections::HashMap;
+use std::sync::Mutex;
 use std::sync::atomic::AtomicU64;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -47,6 +49,35 @@ pub struct PartitionLabels {
     pub partition: i32,
 }
 
+/// Labels of a FAILED partition's series.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FailedLabels {
+    /// `namespace/name` of the mirror.
+    pub mirror: String,
+    /// Source topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: i32,
+    /// Why it stopped: a stop reason name (`ForeignWrite`, `SourceDiverged`, `DataLoss`, …).
+    pub reason: String,
+}
+
+/// Labels of state-topic series.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StateTopicLabels {
+    /// The state topic's name.
+    pub state_topic: String,
+}
+
+/// Labels of per-group series.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GroupLabels {
+    /// `namespace/name` of the mirror.
+    pub mirror: String,
+    /// Consumer group.
+    pub group: String,
+}
+
 /// Labels of sync series.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SyncLabels {
@@ -88,6 +119,14 @@ pub struct Metrics {
     pub transitions: Family<StateLabels, Counter>,
     /// 1 while this replica leads (or runs without election).
     pub leader: Gauge,
+    /// 1 while a partition is FAILED, by stop reason; removed when it no longer is.
+    pub partition_failed: Family<FailedLabels, Gauge>,
+    /// 1 while the operator can read (and write) a state topic, else 0.
+    pub state_topic_available: Family<StateTopicLabels, Gauge>,
+    /// Consumer groups whose offsets could not be synced, per sync run.
+    pub group_sync_failures: Family<GroupLabels, Counter>,
+    /// The FAILED series set per (mirror, topic), to remove them when they no longer apply.
+    failed_shown: Mutex<HashMap<(String, String), Vec<FailedLabels>>>,
 }
 
 impl Default for Metrics {
@@ -105,6 +144,9 @@ impl Default for Metrics {
         let sync_runs = Family::<SyncLabels, Counter>::default();
         let transitions = Family::<StateLabels, Counter>::default();
         let leader = Gauge::default();
+        let partition_failed = Family::<FailedLabels, Gauge>::default();
+        let state_topic_available = Family::<StateTopicLabels, Gauge>::default();
+        let group_sync_failures = Family::<GroupLabels, Counter>::default();
         registry.register("reconciles", "Reconciles run", reconciles.clone());
         registry.register(
             "reconcile_errors",
@@ -147,6 +189,21 @@ impl Default for Metrics {
             "1 while this replica is the leader",
             leader.clone(),
         );
+        registry.register(
+            "partition_failed",
+            "1 while a partition is FAILED, with the reason it stopped",
+            partition_failed.clone(),
+        );
+        registry.register(
+            "state_topic_available",
+            "1 while the operator can read and write the state topic",
+            state_topic_available.clone(),
+        );
+        registry.register(
+            "group_sync_failures",
+            "Consumer groups whose offsets could not be synced, per sync run",
+            group_sync_failures.clone(),
+        );
         Metrics {
             registry,
             reconciles,
@@ -159,16 +216,93 @@ impl Default for Metrics {
             sync_runs,
             transitions,
             leader,
+            partition_failed,
+            state_topic_available,
+            group_sync_failures,
+            failed_shown: Mutex::default(),
         }
     }
 }
 
 impl Metrics {
+    /// Sets the FAILED series of the partitions of one topic: `failed` holds each FAILED
+    /// partition with its reason; every other series of the topic is removed, so a retried
+    /// partition, or one failed for another reason now, leaves no stale 1 behind.
+    pub fn set_failed_partitions(&self, mirror: &str, topic: &str, failed: &[(i32, &str)]) {
+        let wanted: Vec<FailedLabels> = failed
+            .iter()
+            .map(|(partition, reason)| FailedLabels {
+                mirror: mirror.to_string(),
+                topic: topic.to_string(),
+                partition: *partition,
+                reason: reason.to_string(),
+            })
+            .collect();
+        let mut shown = self.failed_shown.lock().unwrap_or_else(|p| p.into_inner());
+        let key = (mirror.to_string(), topic.to_string());
+        for labels in shown.get(&key).into_iter().flatten() {
+            if !wanted.contains(labels) {
+                self.partition_failed.remove(labels);
+            }
+        }
+        for labels in &wanted {
+            self.partition_failed.get_or_create(labels).set(1);
+        }
+        if wanted.is_empty() {
+            shown.remove(&key);
+        } else {
+            shown.insert(key, wanted);
+        }
+    }
+
     /// Prometheus text exposition.
     pub fn encode(&self) -> String {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)
             .expect("writing to a String cannot fail");
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failed_lines(m: &Metrics) -> Vec<String> {
+        let mut lines: Vec<String> = m
+            .encode()
+            .lines()
+            .filter(|l| l.starts_with("kmirror_operator_partition_failed{"))
+            .map(str::to_string)
+            .collect();
+        lines.sort();
+        lines
+    }
+
+    #[test]
+    fn failed_partitions_are_shown_by_reason_and_removed_when_no_longer_failed() {
+        let m = Metrics::default();
+        m.set_failed_partitions("ns/dr", "t", &[(0, "ForeignWrite"), (2, "DataLoss")]);
+        m.set_failed_partitions("ns/dr", "u", &[(0, "SourceDiverged")]);
+        assert_eq!(
+            failed_lines(&m),
+            [
+                r#"kmirror_operator_partition_failed{mirror="ns/dr",topic="t",partition="0",reason="ForeignWrite"} 1"#,
+                r#"kmirror_operator_partition_failed{mirror="ns/dr",topic="t",partition="2",reason="DataLoss"} 1"#,
+                r#"kmirror_operator_partition_failed{mirror="ns/dr",topic="u",partition="0",reason="SourceDiverged"} 1"#,
+            ]
+        );
+        // Partition 0 retried, partition 2 failed again for another reason: no stale series.
+        m.set_failed_partitions("ns/dr", "t", &[(2, "RecordRefused")]);
+        assert_eq!(
+            failed_lines(&m),
+            [
+                r#"kmirror_operator_partition_failed{mirror="ns/dr",topic="t",partition="2",reason="RecordRefused"} 1"#,
+                r#"kmirror_operator_partition_failed{mirror="ns/dr",topic="u",partition="0",reason="SourceDiverged"} 1"#,
+            ]
+        );
+        m.set_failed_partitions("ns/dr", "t", &[]);
+        m.set_failed_partitions("ns/dr", "u", &[]);
+        assert!(failed_lines(&m).is_empty(), "{:?}", failed_lines(&m));
     }
 }

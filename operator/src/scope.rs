@@ -80,6 +80,7 @@ impl MirrorScope {
                 destination.key,
                 &destination.config,
                 &mirror.spec.state_topic,
+                &ctx.metrics,
             )
             .await?;
         Ok(MirrorScope {

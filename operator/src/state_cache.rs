@@ -10,11 +10,13 @@ use std::time::{Duration, Instant};
 use kmirror_state::quiet::QuietEof;
 use kmirror_state::records::{PartitionRecords, PartitionStateRecord, RecordKind, StateKey};
 use kmirror_state::store::{StateWriter, UnitId, ensure_state_topic};
+use prometheus_client::metrics::gauge::Gauge;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use tokio::sync::Notify;
 
 use crate::error::StateError;
+use crate::metrics::{Metrics, StateTopicLabels};
 
 /// Result of a state-topic operation.
 pub type Result<T> = std::result::Result<T, StateError>;
@@ -28,7 +30,53 @@ pub struct StateCache {
     writer: Mutex<StateWriter>,
     /// Notified whenever records arrive (positions move).
     pub changed: Notify,
+    /// `kmirror_operator_state_topic_available` of this topic.
+    available: Availability,
 }
+
+/// Whether every state topic of one name (one per destination cluster) answers, published as
+/// the gauge `kmirror_operator_state_topic_available{state_topic}`: 1 while all of them do.
+#[derive(Default)]
+pub struct TopicHealth {
+    gauge: Gauge,
+    caches: Mutex<HashMap<u64, bool>>,
+}
+
+impl TopicHealth {
+    fn set(&self, cache: u64, ok: bool) {
+        let mut caches = self.caches.lock().unwrap_or_else(|p| p.into_inner());
+        caches.insert(cache, ok);
+        self.gauge.set(i64::from(caches.values().all(|ok| *ok)));
+    }
+}
+
+/// Whether one state topic answers: the reader's last probe, and the last write.
+struct Availability {
+    health: Arc<TopicHealth>,
+    cache: u64,
+    read_ok: AtomicBool,
+    write_ok: AtomicBool,
+}
+
+impl Availability {
+    fn publish(&self) {
+        let ok = self.read_ok.load(Ordering::Relaxed) && self.write_ok.load(Ordering::Relaxed);
+        self.health.set(self.cache, ok);
+    }
+
+    fn read(&self, ok: bool) {
+        self.read_ok.store(ok, Ordering::Relaxed);
+        self.publish();
+    }
+
+    fn wrote(&self, ok: bool) {
+        self.write_ok.store(ok, Ordering::Relaxed);
+        self.publish();
+    }
+}
+
+/// How often the reader checks that the state topic still answers.
+const PROBE_INTERVAL: Duration = Duration::from_secs(10);
 
 impl Drop for StateCache {
     fn drop(&mut self) {
@@ -37,9 +85,18 @@ impl Drop for StateCache {
 }
 
 impl StateCache {
-    /// Ensures the topic and starts tailing it from the beginning.
-    pub fn start(config: &ClientConfig, topic: &str) -> Result<Arc<StateCache>> {
-        ensure_state_topic(config, topic).map_err(|e| StateError(e.to_string()))?;
+    /// Ensures the topic and starts tailing it from the beginning; whether it answers goes to
+    /// `health` (as cache `cache`).
+    pub fn start(
+        config: &ClientConfig,
+        topic: &str,
+        health: Arc<TopicHealth>,
+        cache: u64,
+    ) -> Result<Arc<StateCache>> {
+        if let Err(e) = ensure_state_topic(config, topic) {
+            health.set(cache, false);
+            return Err(StateError(e.to_string()));
+        }
         let writer = StateWriter::new(config, topic).map_err(|e| StateError(e.to_string()))?;
         let cache = Arc::new(StateCache {
             topic: topic.to_string(),
@@ -48,6 +105,12 @@ impl StateCache {
             stop: Arc::new(AtomicBool::new(false)),
             writer: Mutex::new(writer),
             changed: Notify::new(),
+            available: Availability {
+                health,
+                cache,
+                read_ok: AtomicBool::new(false),
+                write_ok: AtomicBool::new(true),
+            },
         });
         let consumer: BaseConsumer<QuietEof> = config
             .clone()
@@ -71,6 +134,12 @@ impl StateCache {
     /// The state topic's name.
     pub fn topic_name(&self) -> &str {
         &self.topic
+    }
+
+    /// Whether the topic answered the last read probe and took the last write.
+    pub fn available(&self) -> bool {
+        self.available.read_ok.load(Ordering::Relaxed)
+            && self.available.write_ok.load(Ordering::Relaxed)
     }
 
     /// The whole topic has been read once.
@@ -185,7 +254,7 @@ impl StateCache {
         }
         let me = self.clone();
         let sent = batch.clone();
-        tokio::task::spawn_blocking(move || {
+        let written = tokio::task::spawn_blocking(move || {
             let writer = me.writer.lock().unwrap_or_else(|p| p.into_inner());
             for (k, v) in &sent {
                 writer.send_raw(k, v.as_deref())?;
@@ -193,8 +262,9 @@ impl StateCache {
             writer.flush(Duration::from_secs(15))
         })
         .await
-        .map_err(|e| StateError(e.to_string()))?
         .map_err(|e| StateError(e.to_string()))?;
+        self.available.wrote(written.is_ok());
+        written.map_err(|e| StateError(e.to_string()))?;
         for (k, v) in &batch {
             self.apply(k, v.as_deref());
         }
@@ -238,11 +308,18 @@ fn tail(
                 }
             }
             Err(e) => {
+                if let Some(c) = cache.upgrade() {
+                    c.available.read(false);
+                }
                 tracing::warn!(%topic, error = %e, "state topic metadata unavailable; retrying")
             }
         }
         std::thread::sleep(Duration::from_secs(1));
     }
+    if let Some(c) = cache.upgrade() {
+        c.available.read(true);
+    }
+    let mut probed = Instant::now();
     if ends.is_empty()
         && let Some(c) = cache.upgrade()
     {
@@ -250,6 +327,14 @@ fn tail(
     }
     while !stop.load(Ordering::Relaxed) {
         let Some(cache) = cache.upgrade() else { return };
+        if probed.elapsed() >= PROBE_INTERVAL {
+            probed = Instant::now();
+            let answer = consumer.fetch_watermarks(topic, 0, Duration::from_secs(5));
+            if let Err(e) = &answer {
+                tracing::warn!(%topic, error = %e, "the state topic does not answer");
+            }
+            cache.available.read(answer.is_ok());
+        }
         match consumer.poll(Duration::from_millis(200)) {
             None => {}
             Some(Err(rdkafka::error::KafkaError::PartitionEOF(p))) => {
@@ -287,15 +372,18 @@ fn tail(
 #[derive(Default)]
 pub struct StateCaches {
     caches: Mutex<HashMap<(u64, String), Arc<StateCache>>>,
+    health: Mutex<HashMap<String, Arc<TopicHealth>>>,
 }
 
 impl StateCaches {
-    /// The cache of `topic` on the destination identified by `key` (its configuration hash).
+    /// The cache of `topic` on the destination identified by `key` (its configuration hash);
+    /// its availability goes to `metrics`.
     pub async fn get(
         &self,
         key: u64,
         config: &ClientConfig,
         topic: &str,
+        metrics: &Metrics,
     ) -> Result<Arc<StateCache>> {
         if let Some(c) = self
             .caches
@@ -305,14 +393,60 @@ impl StateCaches {
         {
             return Ok(c.clone());
         }
+        let health = self
+            .health
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(topic.to_string())
+            .or_insert_with(|| {
+                Arc::new(TopicHealth {
+                    gauge: metrics
+                        .state_topic_available
+                        .get_or_create_owned(&StateTopicLabels {
+                            state_topic: topic.to_string(),
+                        }),
+                    caches: Mutex::default(),
+                })
+            })
+            .clone();
         let (config, t) = (config.clone(), topic.to_string());
-        let cache = tokio::task::spawn_blocking(move || StateCache::start(&config, &t))
-            .await
-            .map_err(|e| StateError(e.to_string()))??;
+        let cache =
+            tokio::task::spawn_blocking(move || StateCache::start(&config, &t, health, key))
+                .await
+                .map_err(|e| StateError(e.to_string()))??;
         let mut caches = self.caches.lock().unwrap_or_else(|p| p.into_inner());
         Ok(caches
             .entry((key, topic.to_string()))
             .or_insert(cache)
             .clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_state_topic_name_is_available_while_every_cluster_answers() {
+        let health = TopicHealth::default();
+        health.set(1, true);
+        assert_eq!(health.gauge.get(), 1);
+        health.set(2, false);
+        assert_eq!(health.gauge.get(), 0, "one cluster's copy does not answer");
+        health.set(2, true);
+        assert_eq!(health.gauge.get(), 1);
+        let a = Availability {
+            health: Arc::new(TopicHealth::default()),
+            cache: 7,
+            read_ok: AtomicBool::new(false),
+            write_ok: AtomicBool::new(true),
+        };
+        a.read(true);
+        assert_eq!(a.health.gauge.get(), 1);
+        a.wrote(false);
+        assert_eq!(a.health.gauge.get(), 0, "a failed write counts");
+        a.wrote(true);
+        a.read(false);
+        assert_eq!(a.health.gauge.get(), 0, "a failed probe counts");
     }
 }

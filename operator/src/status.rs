@@ -1,5 +1,6 @@
-//! Status projection: conditions that keep their transition time, per-partition status, topic
-//! phase and mirror-wide counts. Pure.
+//! Status projection: conditions that keep their transition time (with the kstatus trio
+//! `Ready`, `Reconciling`, `Stalled`), per-partition status, topic phase, mirror-wide counts, and
+//! the wording shared by status and events: one-line messages and offset ranges. Pure.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kmirror_crds::v1alpha1::{PartitionCounts, PartitionState, PartitionStatus};
@@ -35,6 +36,96 @@ pub fn set_condition(
     }
 }
 
+/// What the kstatus conditions of an object say: `Ready`, and whether work is in progress
+/// (`Reconciling`) or cannot progress without a person (`Stalled`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Health {
+    /// `Ready` is True.
+    pub ready: bool,
+    /// `Reconciling` is True.
+    pub reconciling: bool,
+    /// `Stalled` is True.
+    pub stalled: bool,
+    /// The reason of `Ready` (and of `Reconciling`/`Stalled` when they are True).
+    pub reason: String,
+    /// One line for a person.
+    pub message: String,
+}
+
+impl Health {
+    /// Ready.
+    pub fn ready(reason: &str, message: impl Into<String>) -> Health {
+        Health {
+            ready: true,
+            reconciling: false,
+            stalled: false,
+            reason: reason.into(),
+            message: message.into(),
+        }
+    }
+
+    /// Not ready yet: work is in progress.
+    pub fn reconciling(reason: &str, message: impl Into<String>) -> Health {
+        Health {
+            ready: false,
+            reconciling: true,
+            ..Health::ready(reason, message)
+        }
+    }
+
+    /// Not ready, and it will not be without a person.
+    pub fn stalled(reason: &str, message: impl Into<String>) -> Health {
+        Health {
+            ready: false,
+            stalled: true,
+            ..Health::ready(reason, message)
+        }
+    }
+}
+
+/// Sets `Ready`, `Reconciling` and `Stalled` (kstatus conventions, so that `kubectl wait
+/// --for=condition=Ready`, Flux and Argo CD read them): the two abnormal-true ones are present
+/// with status False when they do not apply, every one carries `observedGeneration`.
+pub fn set_health(
+    conditions: &mut Vec<Condition>,
+    health: &Health,
+    generation: Option<i64>,
+    now: &Time,
+) {
+    let h = health;
+    set_condition(
+        conditions,
+        "Ready",
+        h.ready,
+        &h.reason,
+        h.message.clone(),
+        generation,
+        now,
+    );
+    let (reason, message) = if h.reconciling {
+        (h.reason.as_str(), h.message.clone())
+    } else {
+        ("Settled", "nothing in progress".to_string())
+    };
+    set_condition(
+        conditions,
+        "Reconciling",
+        h.reconciling,
+        reason,
+        message,
+        generation,
+        now,
+    );
+    let (reason, message) = if h.stalled {
+        (h.reason.as_str(), h.message.clone())
+    } else {
+        ("Progressing", "nothing needs a person".to_string())
+    };
+    set_condition(
+        conditions, "Stalled", h.stalled, reason, message, generation, now,
+    );
+}
+
 /// The value of a condition, if set.
 pub fn condition_is(conditions: &[Condition], type_: &str) -> Option<bool> {
     conditions
@@ -53,6 +144,71 @@ pub fn truncate(s: &str, max: usize) -> String {
         end -= 1;
     }
     format!("{}...", &s[..end])
+}
+
+/// Longest message put into a partition's `lastError` or a condition about one partition.
+pub const LINE_MAX: usize = 320;
+
+/// What a person should read of an error text: one line, without log framing, at most
+/// [`LINE_MAX`] bytes. Structured log lines (JSON, as the fetcher logs) give their message and
+/// error fields; of several lines, the last error line wins (it says why the process stopped).
+pub fn human_line(text: &str) -> String {
+    let mut lines: Vec<(bool, String)> = Vec::new();
+    for raw in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        match serde_json::from_str::<serde_json::Value>(raw) {
+            Ok(serde_json::Value::Object(o)) => {
+                let fields = o.get("fields").and_then(|f| f.as_object());
+                let field = |k: &str| {
+                    fields
+                        .and_then(|f| f.get(k))
+                        .or_else(|| o.get(k))
+                        .and_then(|v| v.as_str())
+                        .map(str::trim)
+                        .filter(|v| !v.is_empty())
+                };
+                let level = o.get("level").and_then(|v| v.as_str()).unwrap_or("");
+                let error = level.eq_ignore_ascii_case("error");
+                match (field("message").or_else(|| field("msg")), field("error")) {
+                    (Some(m), Some(e)) => lines.push((error, format!("{m}: {e}"))),
+                    (Some(m), None) | (None, Some(m)) => lines.push((error, m.to_string())),
+                    (None, None) => {}
+                }
+            }
+            _ => lines.push((false, raw.to_string())),
+        }
+    }
+    let chosen = if lines.len() > 1 && lines.iter().any(|(e, _)| *e) {
+        lines.iter().rev().find(|(e, _)| *e).map(|(_, l)| l.clone())
+    } else if lines.iter().all(|(_, l)| l.len() < LINE_MAX / 4) {
+        Some(
+            lines
+                .iter()
+                .map(|(_, l)| l.as_str())
+                .collect::<Vec<_>>()
+                .join("; "),
+        )
+    } else {
+        lines.last().map(|(_, l)| l.clone())
+    };
+    let line = chosen.unwrap_or_default();
+    truncate(
+        &line.split_whitespace().collect::<Vec<_>>().join(" "),
+        LINE_MAX,
+    )
+}
+
+/// A range of offsets, written so that nobody miscounts it: `from` (inclusive) up to `end`
+/// (exclusive) reads "offsets 2169–2173 (5 records)" — inclusive, with an en dash; `records`
+/// is the count when it differs from the number of offsets (a compacted or transactional log).
+pub fn offsets(from: i64, end: i64, records: Option<i64>) -> String {
+    let span = (end - from).max(0);
+    let count = records.unwrap_or(span);
+    let noun = |n: i64| if n == 1 { "record" } else { "records" };
+    match span {
+        0 => format!("no offsets (before offset {from})"),
+        1 => format!("offset {from} ({count} {})", noun(count)),
+        _ => format!("offsets {from}–{} ({count} {})", end - 1, noun(count)),
+    }
 }
 
 /// A topic's phase: the shared state of its partitions, or the most significant one.
@@ -149,6 +305,86 @@ mod tests {
             phase(&[p(PartitionState::Stopped), p(PartitionState::Stopping)]),
             "Stopping"
         );
+    }
+
+    #[test]
+    fn ranges_are_inclusive_with_their_count() {
+        assert_eq!(offsets(2169, 2174, None), "offsets 2169–2173 (5 records)");
+        assert_eq!(
+            offsets(2169, 2174, Some(3)),
+            "offsets 2169–2173 (3 records)"
+        );
+        assert_eq!(offsets(7, 8, None), "offset 7 (1 record)");
+        assert_eq!(offsets(7, 7, None), "no offsets (before offset 7)");
+        assert_eq!(offsets(9, 7, None), "no offsets (before offset 9)");
+    }
+
+    #[test]
+    fn error_texts_become_one_short_line() {
+        assert_eq!(
+            human_line("  broker down\n\n  again "),
+            "broker down; again"
+        );
+        let log = concat!(
+            r#"{"timestamp":"t","level":"INFO","fields":{"message":"starting"}}"#,
+            "\n",
+            r#"{"timestamp":"t","level":"ERROR","fields":{"message":"stopping","error":"record at offset 42 is 2 MB, over max.message.bytes 1 MB"}}"#,
+            "\n",
+            r#"{"timestamp":"t","level":"INFO","fields":{"message":"bye"}}"#,
+        );
+        assert_eq!(
+            human_line(log),
+            "stopping: record at offset 42 is 2 MB, over max.message.bytes 1 MB"
+        );
+        let long = format!("offset 1: {}", "x ".repeat(400));
+        let line = human_line(&long);
+        assert!(line.len() <= LINE_MAX && line.ends_with("..."), "{line}");
+        assert!(!line.contains('\n'));
+        assert_eq!(human_line(""), "");
+    }
+
+    #[test]
+    fn health_sets_the_kstatus_trio() {
+        let mut c = Vec::new();
+        set_health(
+            &mut c,
+            &Health::reconciling("Progressing", "2 partitions PREPARING"),
+            Some(4),
+            &t(1),
+        );
+        let get = |c: &[Condition], k: &str| {
+            let x = c.iter().find(|x| x.type_ == k).unwrap().clone();
+            (x.status, x.reason, x.observed_generation)
+        };
+        assert_eq!(
+            get(&c, "Ready"),
+            ("False".into(), "Progressing".into(), Some(4))
+        );
+        assert_eq!(
+            get(&c, "Reconciling"),
+            ("True".into(), "Progressing".into(), Some(4))
+        );
+        assert_eq!(get(&c, "Stalled").0, "False");
+        set_health(
+            &mut c,
+            &Health::stalled("PartitionFailed", "partition 0 FAILED"),
+            Some(5),
+            &t(2),
+        );
+        assert_eq!(
+            get(&c, "Stalled"),
+            ("True".into(), "PartitionFailed".into(), Some(5))
+        );
+        assert_eq!(get(&c, "Reconciling").0, "False");
+        assert_eq!(get(&c, "Ready").0, "False");
+        set_health(
+            &mut c,
+            &Health::ready("Mirroring", "all 2 partitions MIRRORING"),
+            Some(5),
+            &t(3),
+        );
+        assert_eq!(get(&c, "Ready").0, "True");
+        assert_eq!(c.len(), 3);
     }
 
     #[test]

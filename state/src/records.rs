@@ -352,6 +352,9 @@ pub struct PartitionStateRecord {
     /// Reason of the last error.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Why the fetcher stopped, when a stop made the partition FAILED (or STOPPING).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<StopReason>,
     /// Last mirrored offset persisted on STOPPED (the LMO), as a source offset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_mirrored_offset: Option<i64>,

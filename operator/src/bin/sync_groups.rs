@@ -87,7 +87,11 @@ fn run(args: Args) -> Result<String, String> {
         })
         .collect();
     let selector = Selector::compile(&include, &[], "--group", true).map_err(|e| e.to_string())?;
-    sync_blocking(&source, &destination, &selector, &[plan]).map(|r| r.summary())
+    let report = sync_blocking(&source, &destination, &selector, &[plan])?;
+    match report.failure() {
+        Some(failure) => Err(failure),
+        None => Ok(report.summary()),
+    }
 }
 
 fn main() {

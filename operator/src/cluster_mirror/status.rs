@@ -3,11 +3,11 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kmirror_crds::v1alpha1::{
-    ClusterMirror, ClusterMirrorStatus, MirrorTopic, PartitionState, SyncStatus,
+    ClusterMirror, ClusterMirrorStatus, MirrorTopic, PartitionCounts, PartitionState, SyncStatus,
 };
 
 use crate::context::Note;
-use crate::status::{add_counts, condition_is, count, set_condition};
+use crate::status::{Health, add_counts, condition_is, count, set_condition, set_health};
 use crate::sync::{Outcomes, PartResult, SyncPart, part_status};
 
 /// How one cluster answered.
@@ -50,12 +50,9 @@ pub fn invalid(cm: &ClusterMirror, message: &str, now: &Time) -> ClusterMirrorSt
     let generation = cm.metadata.generation;
     let mut status = cm.status.clone().unwrap_or_default();
     status.observed_generation = generation;
-    set_condition(
+    set_health(
         &mut status.conditions,
-        "Ready",
-        false,
-        "InvalidSpec",
-        message,
+        &Health::stalled("InvalidSpec", message),
         generation,
         now,
     );
@@ -88,6 +85,75 @@ pub fn unsettled(topics: &[MirrorTopic]) -> bool {
             })
         })
     })
+}
+
+/// What `Ready`, `Reconciling` and `Stalled` say of a mirror. Ready: both clusters answer, no
+/// partition is FAILED and none is on its way (UNKNOWN, PREPARING, STOPPING, a topic without
+/// status yet); a mirror whose partitions are all failed over is Ready without its source.
+/// Stalled: a partition FAILED for a reason that is not retried.
+pub fn mirror_health(facts: &Facts<'_>, counts: &PartitionCounts) -> Health {
+    let total = counts.total;
+    if !facts.destination.ok || !facts.source.ok {
+        if facts.destination.ok && total > 0 && counts.stopped == total {
+            return Health::ready(
+                "FailedOver",
+                format!(
+                    "all {total} partitions failed over (STOPPED); source: {}",
+                    facts.source.message
+                ),
+            );
+        }
+        return Health::reconciling(
+            "ClusterUnavailable",
+            format!(
+                "source: {}; destination: {}",
+                facts.source.message, facts.destination.message
+            ),
+        );
+    }
+    if counts.failed > 0 {
+        let mut stuck = Vec::new();
+        for t in facts.topics {
+            for p in t.status.iter().flat_map(|s| &s.partitions) {
+                if p.state == PartitionState::Failed && p.retry_attempt == Some(-1) {
+                    stuck.push(format!("{}[{}]", t.spec.source_topic, p.partition));
+                }
+            }
+        }
+        let message = format!("{} partitions FAILED (see the MirrorTopics)", counts.failed);
+        if stuck.is_empty() {
+            return Health::reconciling("PartitionsFailed", format!("{message}, retrying"));
+        }
+        let named = if stuck.len() > 5 {
+            format!("{}, …", stuck[..5].join(", "))
+        } else {
+            stuck.join(", ")
+        };
+        return Health::stalled(
+            "PartitionsFailed",
+            format!("{message}; not retried without a person: {named}"),
+        );
+    }
+    let unsettled_partitions = counts.unknown + counts.preparing + counts.stopping;
+    if unsettled_partitions > 0 || unsettled(facts.topics) {
+        let waiting = facts.topics.iter().filter(|t| t.status.is_none()).count();
+        let mut message = format!(
+            "{} of {total} partitions MIRRORING; on their way: {} PREPARING, {} STOPPING, {} UNKNOWN",
+            counts.mirroring, counts.preparing, counts.stopping, counts.unknown
+        );
+        if waiting > 0 {
+            message.push_str(&format!("; {waiting} topics without status yet"));
+        }
+        return Health::reconciling("Progressing", message);
+    }
+    Health::ready(
+        "Mirroring",
+        format!(
+            "{} topics, {} of {total} partitions mirroring",
+            facts.topics.len(),
+            counts.mirroring
+        ),
+    )
 }
 
 /// The status of `cm` and the events to publish.
@@ -191,43 +257,8 @@ pub fn status(
         .iter()
         .filter_map(|t| t.status.as_ref().and_then(|s| s.max_lag))
         .max();
-    let (ready, reason, message) = if !reachable {
-        (
-            false,
-            "ClusterUnavailable",
-            format!(
-                "source: {}; destination: {}",
-                facts.source.message, facts.destination.message
-            ),
-        )
-    } else if status.partitions.failed > 0 {
-        (
-            false,
-            "PartitionsFailed",
-            format!(
-                "{} partitions FAILED (see the MirrorTopics)",
-                status.partitions.failed
-            ),
-        )
-    } else {
-        (
-            true,
-            "Mirroring",
-            format!(
-                "{} topics, {} of {} partitions mirroring",
-                status.topics, status.partitions.mirroring, status.partitions.total
-            ),
-        )
-    };
-    set_condition(
-        &mut status.conditions,
-        "Ready",
-        ready,
-        reason,
-        message,
-        generation,
-        now,
-    );
+    let health = mirror_health(facts, &status.partitions);
+    set_health(&mut status.conditions, &health, generation, now);
     (status, notes)
 }
 
@@ -354,5 +385,121 @@ mod tests {
         assert!(status.sync.consumer_groups.unwrap().last_error.is_some());
         assert!(status.sync.topic_configs.unwrap().last_error.is_none());
         assert!(unsettled(&topics));
+    }
+
+    #[test]
+    fn the_mirror_is_ready_only_when_every_topic_has_settled() {
+        use PartitionState::*;
+        let (up, down) = (reach(true), reach(false));
+        let mut stuck = topic(&[Mirroring, Failed]);
+        if let Some(st) = stuck.status.as_mut() {
+            st.partitions[1].retry_attempt = Some(-1);
+        }
+        let retrying = topic(&[Mirroring, Failed]);
+        let mut unobserved = topic(&[]);
+        unobserved.status = None;
+        #[rustfmt::skip]
+        type Row<'a> = (&'a str, &'a Reach, Vec<MirrorTopic>, Expect<'a>);
+        type Expect<'a> = ((bool, bool, bool), &'a str, &'a str);
+        let table: Vec<Row> = vec![
+            // name, source, topics, (ready, reconciling, stalled), reason, message contains
+            (
+                "all mirroring",
+                &up,
+                vec![topic(&[Mirroring]), topic(&[Mirroring, Mirroring])],
+                (
+                    (true, false, false),
+                    "Mirroring",
+                    "2 topics, 3 of 3 partitions mirroring",
+                ),
+            ),
+            (
+                "a topic preparing",
+                &up,
+                vec![topic(&[Mirroring]), topic(&[Preparing])],
+                ((false, true, false), "Progressing", "1 PREPARING"),
+            ),
+            (
+                "a topic without status",
+                &up,
+                vec![topic(&[Mirroring]), unobserved],
+                (
+                    (false, true, false),
+                    "Progressing",
+                    "1 topics without status yet",
+                ),
+            ),
+            (
+                "stopping",
+                &up,
+                vec![topic(&[Stopping, Stopped])],
+                ((false, true, false), "Progressing", "1 STOPPING"),
+            ),
+            (
+                "a partition failed for good",
+                &up,
+                vec![stuck],
+                (
+                    (false, false, true),
+                    "PartitionsFailed",
+                    "not retried without a person: t[1]",
+                ),
+            ),
+            (
+                "a partition retrying",
+                &up,
+                vec![retrying],
+                ((false, true, false), "PartitionsFailed", "retrying"),
+            ),
+            (
+                "failed over, the source gone",
+                &down,
+                vec![topic(&[Stopped, Stopped])],
+                (
+                    (true, false, false),
+                    "FailedOver",
+                    "all 2 partitions failed over",
+                ),
+            ),
+            (
+                "mirroring, the source gone",
+                &down,
+                vec![topic(&[Mirroring])],
+                (
+                    (false, true, false),
+                    "ClusterUnavailable",
+                    "source: no answer",
+                ),
+            ),
+        ];
+        for (name, source, topics, ((ready, reconciling, stalled), reason, message)) in table {
+            let facts = Facts {
+                source,
+                destination: &up,
+                sync: None,
+                topics: &topics,
+            };
+            let counts = topics.iter().fold(PartitionCounts::default(), |acc, t| {
+                let states = t
+                    .status
+                    .iter()
+                    .flat_map(|s| s.partitions.iter().map(|p| p.state));
+                add_counts(&acc, &count(states))
+            });
+            let h = mirror_health(&facts, &counts);
+            assert_eq!(
+                (h.ready, h.reconciling, h.stalled),
+                (ready, reconciling, stalled),
+                "{name}"
+            );
+            assert_eq!(h.reason, reason, "{name}");
+            assert!(h.message.contains(message), "{name}: {}", h.message);
+        }
+        let invalid = invalid(
+            &mirror(),
+            "spec.source is empty",
+            &Time(Timestamp::from_second(1).unwrap()),
+        );
+        assert_eq!(condition(&invalid, "Stalled"), ("True", "InvalidSpec"));
     }
 }

@@ -52,7 +52,8 @@ pub fn read_range(
         }
     }
     Err(format!(
-        "reading {topic}[{partition}] {from}..{to} timed out"
+        "reading {} of {topic}[{partition}] timed out",
+        crate::status::offsets(from, to, None)
     ))
 }
 

@@ -125,7 +125,12 @@ pub async fn observe(
         if forward_records.is_none() {
             let cache = ctx
                 .states
-                .get(source.key, &source.config, &scope.mirror.spec.state_topic)
+                .get(
+                    source.key,
+                    &source.config,
+                    &scope.mirror.spec.state_topic,
+                    &ctx.metrics,
+                )
                 .await?;
             cache.wait_loaded(STATE_LOAD_WAIT).await;
             forward_records = Some(cache.topic(forward, &forward_topic));

@@ -19,6 +19,7 @@ use kmirror_state::records::{
 use super::{Comparison, Facts, QUARANTINE_SUFFIX, reverse_map};
 use crate::context::Note;
 use crate::lifecycle::FailbackGate;
+use crate::status::offsets;
 
 /// A failback step for the executor, in order.
 #[derive(Debug, Clone, PartialEq)]
@@ -238,9 +239,10 @@ fn prepare(
         d.quarantined = d.records;
     }
     let note = format!(
-        "divergence: offsets {}..{} of {topic}[{partition}] were written after the failover ({} records, copied to {}); \
+        "divergence: {} of {topic}[{partition}] were written after the failover (copied to {}); \
          set spec.divergencePolicy to Recreate or KeepAndTranslate",
-        d.from_offset, d.to_offset, d.records, d.quarantine_topic
+        offsets(d.from_offset, d.to_offset, Some(d.records)),
+        d.quarantine_topic
     );
     match input.policy {
         None | Some(DivergencePolicy::Recreate) => Prepared::Blocked {
@@ -321,8 +323,9 @@ pub fn plan(input: &Input<'_>, records: &mut BTreeMap<i32, PartitionRecords>) ->
         .iter()
         .map(|(p, d)| {
             format!(
-                "partition {p}: offsets {}..{} ({} records) in {}",
-                d.from_offset, d.to_offset, d.records, d.quarantine_topic
+                "partition {p}: {} in {}",
+                offsets(d.from_offset, d.to_offset, Some(d.records)),
+                d.quarantine_topic
             )
         })
         .collect::<Vec<_>>()

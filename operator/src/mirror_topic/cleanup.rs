@@ -71,6 +71,9 @@ pub async fn cleanup(mt: &MirrorTopic, ctx: &Context) -> Result<Cleanup> {
             pods.items.len()
         )));
     }
+    // A deleted topic has no FAILED partitions to alert on.
+    ctx.metrics
+        .set_failed_partitions(&mt.mirror_key(), &mt.spec.source_topic, &[]);
     let mirrors: Api<ClusterMirror> = Api::namespaced(ctx.client.clone(), &ns);
     let mirror = mirrors
         .get_opt(&mt.spec.mirror)
@@ -91,7 +94,12 @@ pub async fn cleanup(mt: &MirrorTopic, ctx: &Context) -> Result<Cleanup> {
         Ok((destination, _)) => {
             let cache = ctx
                 .states
-                .get(destination.key, &destination.config, &cm.spec.state_topic)
+                .get(
+                    destination.key,
+                    &destination.config,
+                    &cm.spec.state_topic,
+                    &ctx.metrics,
+                )
                 .await
                 .map_err(Error::OpenState)?;
             cache.wait_loaded(STATE_LOAD_WAIT).await;

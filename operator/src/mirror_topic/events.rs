@@ -1,14 +1,17 @@
 //! What a topic's reconcile tells people and Prometheus: one event per kind of transition (not
-//! per partition), partition counts per state, lag, transition counters.
+//! per partition), one per data loss a fetcher found, partition counts per state, lag, FAILED
+//! partitions by reason, transition counters.
 
 use std::collections::BTreeMap;
+use std::sync::Mutex;
 
-use kmirror_crds::v1alpha1::{PartitionState, PartitionStatus};
+use kmirror_crds::v1alpha1::PartitionState;
 use kmirror_state::records::{PartitionRecords, PartitionStateRecord};
 
-use super::status::phase_word;
+use super::status::{Report, phase_word};
 use crate::context::Note;
 use crate::metrics::{Metrics, PartitionLabels, StateLabels};
+use crate::status::offsets;
 
 /// Events for persisted transitions: one per distinct (from, to, error), so that a 200-partition
 /// topic does not flood events. Pure.
@@ -16,21 +19,26 @@ pub fn transition_notes(
     before: &BTreeMap<i32, PartitionRecords>,
     writes: &[(i32, PartitionStateRecord)],
 ) -> Vec<Note> {
-    let mut grouped: BTreeMap<(PartitionState, PartitionState, Option<String>), Vec<i32>> =
-        BTreeMap::new();
+    type Key = (
+        PartitionState,
+        PartitionState,
+        Option<&'static str>,
+        Option<String>,
+    );
+    let mut grouped: BTreeMap<Key, Vec<i32>> = BTreeMap::new();
     for (p, r) in writes {
         let from = before
             .get(p)
             .and_then(|x| x.state.as_ref())
             .map_or(PartitionState::Unknown, |s| s.state);
         grouped
-            .entry((from, r.state, r.error.clone()))
+            .entry((from, r.state, r.reason.map(|x| x.as_str()), r.error.clone()))
             .or_default()
             .push(*p);
     }
     grouped
         .into_iter()
-        .map(|((from, to, error), parts)| {
+        .map(|((from, to, reason, error), parts)| {
             let list = if parts.len() > 12 {
                 format!("{} partitions", parts.len())
             } else {
@@ -44,6 +52,9 @@ pub fn transition_notes(
                 )
             };
             let mut text = format!("{list}: {from} -> {to}");
+            if let Some(r) = reason {
+                text.push_str(&format!(" ({r})"));
+            }
             if let Some(e) = &error {
                 text.push_str(&format!(": {e}"));
             }
@@ -55,6 +66,53 @@ pub fn transition_notes(
             }
         })
         .collect()
+}
+
+/// Warnings for data losses the fetchers recorded that were not reported yet: source records
+/// deleted (retention, DeleteRecords) before they were mirrored and skipped by policy. `reported`
+/// holds, per partition, when the last reported loss was found. Pure.
+pub fn data_loss_notes(
+    records: &BTreeMap<i32, PartitionRecords>,
+    reported: &mut BTreeMap<i32, i64>,
+) -> Vec<Note> {
+    let mut notes = Vec::new();
+    for (p, r) in records {
+        let Some(loss) = r.position.as_ref().and_then(|pos| pos.data_loss.as_ref()) else {
+            continue;
+        };
+        if reported.get(p) == Some(&loss.at_ms) {
+            continue;
+        }
+        reported.insert(*p, loss.at_ms);
+        notes.push(Note::warning(
+            "DataLoss",
+            "Mirror",
+            format!(
+                "partition {p}: {} were deleted on the source (retention or DeleteRecords) \
+                 before they were mirrored and are skipped; the destination will never have them. \
+                 Raise the source topic's retention or fix what holds the mirror back",
+                offsets(loss.from_offset, loss.to_offset, Some(loss.records))
+            ),
+        ));
+    }
+    notes
+}
+
+/// Data losses already reported by this process, per (mirror, topic): partition → when found.
+static LOSSES_REPORTED: Mutex<BTreeMap<(String, String), BTreeMap<i32, i64>>> =
+    Mutex::new(BTreeMap::new());
+
+/// [`data_loss_notes`] for a topic of a mirror, remembering what this process reported.
+pub fn new_data_losses(
+    mirror: &str,
+    topic: &str,
+    records: &BTreeMap<i32, PartitionRecords>,
+) -> Vec<Note> {
+    let mut all = LOSSES_REPORTED.lock().unwrap_or_else(|p| p.into_inner());
+    let reported = all
+        .entry((mirror.to_string(), topic.to_string()))
+        .or_default();
+    data_loss_notes(records, reported)
 }
 
 /// Counts persisted transitions by target state.
@@ -76,13 +134,10 @@ pub fn count_transitions(
     }
 }
 
-/// Sets the per-state partition counts and per-partition lag of a topic.
-pub fn record_partitions(
-    metrics: &Metrics,
-    mirror: &str,
-    topic: &str,
-    statuses: &[PartitionStatus],
-) {
+/// Sets the per-state partition counts, per-partition lag and the FAILED partitions (with their
+/// reason) of a topic.
+pub fn record_partitions(metrics: &Metrics, mirror: &str, topic: &str, report: &Report) {
+    let statuses = &report.partitions;
     for s in PartitionState::ALL {
         let n = statuses.iter().filter(|p| p.state == s).count() as i64;
         metrics
@@ -106,6 +161,12 @@ pub fn record_partitions(
             .get_or_create(&labels)
             .set(p.lag_seconds.unwrap_or(0.0));
     }
+    let failed: Vec<(i32, &str)> = statuses
+        .iter()
+        .filter(|p| p.state == PartitionState::Failed)
+        .map(|p| (p.partition, report.reason(p)))
+        .collect();
+    metrics.set_failed_partitions(mirror, topic, &failed);
 }
 
 #[cfg(test)]
@@ -118,6 +179,44 @@ mod tests {
             error: error.map(Into::into),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn a_data_loss_is_reported_once_with_its_inclusive_range() {
+        use kmirror_state::records::{DataLossRecord, PositionRecord};
+        let with_loss = |at_ms| PartitionRecords {
+            position: Some(PositionRecord {
+                data_loss: Some(DataLossRecord {
+                    from_offset: 2169,
+                    to_offset: 2174,
+                    records: 5,
+                    message: "records 2169..2174 lost".into(),
+                    at_ms,
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let mut records = BTreeMap::from([(0, with_loss(10)), (1, PartitionRecords::default())]);
+        let mut reported = BTreeMap::new();
+        let notes = data_loss_notes(&records, &mut reported);
+        assert_eq!(notes.len(), 1);
+        assert!(notes[0].warning);
+        assert_eq!(notes[0].reason, "DataLoss");
+        assert!(
+            notes[0]
+                .text
+                .starts_with("partition 0: offsets 2169–2173 (5 records) were deleted"),
+            "{}",
+            notes[0].text
+        );
+        assert!(data_loss_notes(&records, &mut reported).is_empty(), "once");
+        records.insert(0, with_loss(20));
+        assert_eq!(
+            data_loss_notes(&records, &mut reported).len(),
+            1,
+            "a new loss"
+        );
     }
 
     #[test]
@@ -136,7 +235,9 @@ mod tests {
         let mut writes: Vec<(i32, PartitionStateRecord)> = (0..15)
             .map(|p| (p, state(PartitionState::Stopping, None)))
             .collect();
-        writes.push((15, state(PartitionState::Failed, Some("foreign write"))));
+        let mut failed = state(PartitionState::Failed, Some("foreign write"));
+        failed.reason = Some(kmirror_state::records::StopReason::ForeignWrite);
+        writes.push((15, failed));
         let notes = transition_notes(&before, &writes);
         assert_eq!(notes.len(), 2);
         assert_eq!(notes[0].text, "15 partitions: MIRRORING -> STOPPING");
@@ -146,7 +247,7 @@ mod tests {
         );
         assert_eq!(
             notes[1].text,
-            "partitions 15: MIRRORING -> FAILED: foreign write"
+            "partitions 15: MIRRORING -> FAILED (ForeignWrite): foreign write"
         );
         assert!(notes[1].warning);
     }

@@ -11,7 +11,7 @@ use kmirror_crds::v1alpha1::MirrorTopic;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 
-use super::events::{count_transitions, record_partitions};
+use super::events::{count_transitions, new_data_losses, record_partitions};
 use super::plan::{Plan, TopicChange};
 use super::pod_view::PodView;
 use crate::context::{Context, FIELD_MANAGER};
@@ -139,7 +139,11 @@ pub async fn execute(
         .map_err(Error::OpenLeases)?
         .allow(&scope.key, topic, &lease_holders);
 
-    record_partitions(&ctx.metrics, &scope.key, topic, &plan.report.partitions);
+    record_partitions(&ctx.metrics, &scope.key, topic, &plan.report);
+    for note in new_data_losses(&scope.key, topic, &scope.cache.topic(&scope.key, topic)) {
+        tracing::warn!(topic = %name, "{}", note.text);
+        ctx.publish(mt, &note).await;
+    }
     let wait = ctx.write_status(mt, plan.status).await?;
     Ok(plan.requeue.max(wait))
 }

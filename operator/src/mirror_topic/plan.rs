@@ -17,7 +17,7 @@ use kube::ResourceExt;
 use super::events::transition_notes;
 use super::observe::{DestinationTopic, Observation, SourceTopic};
 use super::pod_view::fetcher_of;
-use super::status::{Report, partition_status, topic_status};
+use super::status::{Report, topic_status};
 use crate::context::Note;
 use crate::error::KafkaError;
 use crate::failback::plan::{self as failback_plan, SourceIds};
@@ -107,13 +107,14 @@ impl Plan {
             }
             r.state = Some(record.clone());
             changed = true;
-            if let Some(s) = self
+            if let Some(pod) = self
                 .report
                 .partitions
-                .iter_mut()
+                .iter()
                 .find(|s| s.partition == *p)
+                .map(|s| s.fetcher_pod.clone())
             {
-                *s = partition_status(*p, r, s.fetcher_pod.clone());
+                self.report.set(*p, r, pod);
             }
         }
         if changed {
@@ -205,6 +206,7 @@ fn transition_record(
         state_epoch: previous.state_epoch + 1,
         retry_attempt: t.retry_attempt,
         error: t.error.clone(),
+        reason: t.reason,
         last_mirrored_offset: previous.last_mirrored_offset,
         // A graceful failover drains up to the source end seen when STOPPING began.
         drain_target: if t.to == Stopping && previous.state != Stopping {
@@ -444,7 +446,11 @@ pub fn plan(o: &Observation, spec: &Spec<'_>) -> Plan {
         let d = &decisions[&p];
         let r = records.get(&p).cloned().unwrap_or_default();
         let pod = d.run_fetcher.then(|| pod_name(&name, group_of(p, per_pod)));
-        let status = partition_status(p, &r, pod);
+        report.set(p, &r, pod);
+        let state = report
+            .partitions
+            .last()
+            .map_or(PartitionState::Unknown, |s| s.state);
         if let Some(n) = &d.note {
             report.notes.push(format!("partition {p}: {n}"));
         }
@@ -454,10 +460,9 @@ pub fn plan(o: &Observation, spec: &Spec<'_>) -> Plan {
         if d.transition.is_some() || (d.finish_stop && finishing.contains(&p)) {
             requeue = Duration::ZERO;
         }
-        if status.state != settled || status.state == PartitionState::Mirroring {
+        if state != settled || state == PartitionState::Mirroring {
             requeue = requeue.min(Duration::from_secs(5));
         }
-        report.partitions.push(status);
     }
     report.notes.extend(lease_notes);
     if let Some(after) = lease_wait {

@@ -1,21 +1,26 @@
 //! A `MirrorTopic`'s status, projected from its partitions' records and what the reconcile has to
 //! say (notes, a problem). Pure.
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kmirror_crds::v1alpha1::{
     DivergenceStatus, MirrorTopic, MirrorTopicStatus, PartitionState, PartitionStatus,
 };
-use kmirror_state::records::PartitionRecords;
+use kmirror_state::records::{FetcherStatus, PartitionRecords, StopReason};
 
 use crate::lifecycle::settled_state;
-use crate::status::{phase, set_condition};
+use crate::status::{Health, human_line, phase, set_condition, set_health, truncate};
 
 /// What a topic's status is made of.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Report {
     /// Every partition's status.
     pub partitions: Vec<PartitionStatus>,
+    /// Why each stopped partition stopped ([`stop_reason`]): metrics and condition messages say
+    /// it; the status keeps it in words (`lastError`).
+    pub reasons: BTreeMap<i32, StopReason>,
     /// Progress notes (draining, waiting for a retry, failback).
     pub notes: Vec<String>,
     /// Why the topic cannot be mirrored now: (condition reason, message).
@@ -23,6 +28,26 @@ pub struct Report {
 }
 
 impl Report {
+    /// Adds (or replaces) partition `p`'s status and stop reason, from its records.
+    pub fn set(&mut self, p: i32, records: &PartitionRecords, fetcher_pod: Option<String>) {
+        let status = partition_status(p, records, fetcher_pod);
+        match stop_reason(records) {
+            Some(r) => self.reasons.insert(p, r),
+            None => self.reasons.remove(&p),
+        };
+        match self.partitions.iter_mut().find(|s| s.partition == p) {
+            Some(s) => *s = status,
+            None => self.partitions.push(status),
+        }
+    }
+
+    /// The stop reason of partition `p` (`Error` when a FAILED partition has none recorded).
+    pub fn reason(&self, p: &PartitionStatus) -> &'static str {
+        self.reasons
+            .get(&p.partition)
+            .map_or("Error", |r| r.as_str())
+    }
+
     /// A topic that cannot be reconciled now, for `reason`.
     pub fn problem(reason: &str, message: &str) -> Report {
         Report {
@@ -40,6 +65,23 @@ fn rfc3339(ms: i64) -> Option<String> {
 pub fn phase_word(s: PartitionState) -> String {
     let name = s.as_str();
     format!("{}{}", &name[..1], name[1..].to_lowercase())
+}
+
+/// Why a partition stopped: the reason recorded with its FAILED (or STOPPING/STOPPED) state, or
+/// — for a FAILED state recorded without one — what its fetcher reported, else `Error`.
+pub fn stop_reason(r: &PartitionRecords) -> Option<StopReason> {
+    let state = r.state.as_ref()?;
+    let by_fetcher = r
+        .position
+        .as_ref()
+        .filter(|pos| pos.status == FetcherStatus::Failed)
+        .and_then(|pos| pos.error.as_ref())
+        .map(|e| e.reason);
+    match state.state {
+        PartitionState::Failed => Some(state.reason.or(by_fetcher).unwrap_or(StopReason::Error)),
+        PartitionState::Stopping | PartitionState::Stopped => state.reason,
+        _ => None,
+    }
 }
 
 /// Projects one partition's status from its records.
@@ -69,7 +111,9 @@ pub fn partition_status(
                 )
             })
         })
-        .or_else(|| position.and_then(|pos| pos.error.as_ref().map(|e| e.message.clone())));
+        .or_else(|| position.and_then(|pos| pos.error.as_ref().map(|e| e.message.clone())))
+        .map(|e| human_line(&e))
+        .filter(|e| !e.is_empty());
     PartitionStatus {
         partition: p,
         state: state.map_or(PartitionState::Unknown, |s| s.state),
@@ -97,62 +141,118 @@ pub fn partition_status(
     }
 }
 
+/// Condition reasons that mean the topic cannot be mirrored until a person changes something.
+const NEEDS_A_PERSON: [&str; 2] = ["InvalidSpec", "InvalidMirror"];
+
+/// One partition that FAILED, in one line: "partition 3 FAILED (RecordRefused), last mirrored
+/// offset 41: <why and the fix>".
+fn failed_line(p: &PartitionStatus, reason: &str) -> String {
+    let mut line = format!("partition {} FAILED ({reason})", p.partition);
+    if let Some(lmo) = p.last_mirrored_offset.filter(|o| *o >= 0) {
+        line.push_str(&format!(", last mirrored offset {lmo}"));
+    }
+    match p.retry_attempt {
+        Some(a) if a > 0 => line.push_str(&format!(", retry {a}")),
+        _ => {}
+    }
+    if let Some(e) = p.last_error.as_deref().filter(|e| !e.is_empty()) {
+        line.push_str(": ");
+        line.push_str(e);
+    }
+    line
+}
+
+/// The FAILED partitions in one line: the first in full, the others by number.
+fn failed_message(report: &Report, failed: &[&PartitionStatus]) -> String {
+    let Some(first) = failed.first() else {
+        return String::new();
+    };
+    let mut message = failed_line(first, report.reason(first));
+    if failed.len() > 1 {
+        let others: Vec<String> = failed[1..]
+            .iter()
+            .take(10)
+            .map(|p| p.partition.to_string())
+            .collect();
+        let more = if failed.len() > 11 { ", …" } else { "" };
+        message = format!(
+            "{}; also FAILED: partitions {}{more}",
+            truncate(&message, 400),
+            others.join(", ")
+        );
+    }
+    truncate(&message, 512)
+}
+
+/// What `Ready`, `Reconciling` and `Stalled` say of a topic. Ready: every partition in the state
+/// `spec.state` asks for (a topic failed over is Ready even when its source is gone: it is a
+/// primary now). Stalled: a partition FAILED for a reason that is not retried, or a spec that
+/// cannot work. Reconciling: anything else on its way (PREPARING, STOPPING, retries).
+pub fn topic_health(desired: kmirror_crds::v1alpha1::DesiredState, report: &Report) -> Health {
+    let settled = settled_state(desired);
+    let partitions = &report.partitions;
+    if let Some((reason, message)) = &report.problem {
+        return if NEEDS_A_PERSON.contains(&reason.as_str()) {
+            Health::stalled(reason, message.clone())
+        } else {
+            Health::reconciling(reason, message.clone())
+        };
+    }
+    let failed: Vec<&PartitionStatus> = partitions
+        .iter()
+        .filter(|p| p.state == PartitionState::Failed)
+        .collect();
+    let stuck: Vec<&PartitionStatus> = failed
+        .iter()
+        .copied()
+        .filter(|p| p.retry_attempt == Some(-1))
+        .collect();
+    if !stuck.is_empty() {
+        return Health::stalled("PartitionFailed", failed_message(report, &stuck));
+    }
+    if !failed.is_empty() {
+        // The notes say when the next retry is due.
+        let mut message = failed_message(report, &failed);
+        if !report.notes.is_empty() {
+            message = format!("{}; {}", report.notes.join("; "), message);
+        }
+        return Health::reconciling("PartitionRetrying", truncate(&message, 512));
+    }
+    if !partitions.is_empty() && partitions.iter().all(|p| p.state == settled) {
+        return Health::ready(
+            &phase_word(settled),
+            format!("all {} partitions {}", partitions.len(), settled),
+        );
+    }
+    let message = if report.notes.is_empty() {
+        let moving = partitions.iter().filter(|p| p.state != settled).count();
+        if partitions.is_empty() {
+            format!("partitions moving to {settled}")
+        } else {
+            format!(
+                "{moving} of {} partitions moving to {settled} ({})",
+                partitions.len(),
+                phase(partitions).to_uppercase()
+            )
+        }
+    } else {
+        report.notes.join("; ")
+    };
+    Health::reconciling("Progressing", truncate(&message, 512))
+}
+
 /// The status of `mt` for `report`, keeping condition transition times from the current status.
 pub fn topic_status(mt: &MirrorTopic, report: Report, now: &Time) -> MirrorTopicStatus {
     let generation = mt.metadata.generation;
     let old = mt.status.clone().unwrap_or_default();
     let mut conditions = old.conditions.clone();
-    let settled = settled_state(mt.spec.state);
-    let all_settled =
-        !report.partitions.is_empty() && report.partitions.iter().all(|p| p.state == settled);
-    let failed: Vec<String> = report
+    let health = topic_health(mt.spec.state, &report);
+    set_health(&mut conditions, &health, generation, now);
+    let failed: Vec<&PartitionStatus> = report
         .partitions
         .iter()
         .filter(|p| p.state == PartitionState::Failed)
-        .map(|p| {
-            format!(
-                "{}: {}",
-                p.partition,
-                p.last_error.clone().unwrap_or_default()
-            )
-        })
         .collect();
-    match &report.problem {
-        Some((reason, message)) => set_condition(
-            &mut conditions,
-            "Ready",
-            false,
-            reason,
-            message.clone(),
-            generation,
-            now,
-        ),
-        None if all_settled => set_condition(
-            &mut conditions,
-            "Ready",
-            true,
-            &phase_word(settled),
-            format!("all {} partitions {}", report.partitions.len(), settled),
-            generation,
-            now,
-        ),
-        None => {
-            let message = if report.notes.is_empty() {
-                format!("partitions moving to {settled}")
-            } else {
-                report.notes.join("; ")
-            };
-            set_condition(
-                &mut conditions,
-                "Ready",
-                false,
-                "Progressing",
-                message,
-                generation,
-                now,
-            );
-        }
-    }
     if failed.is_empty() {
         set_condition(
             &mut conditions,
@@ -169,7 +269,7 @@ pub fn topic_status(mt: &MirrorTopic, report: Report, now: &Time) -> MirrorTopic
             "Failed",
             true,
             "PartitionFailed",
-            format!("partition {}", failed.join("; partition ")),
+            failed_message(&report, &failed),
             generation,
             now,
         );
@@ -288,5 +388,187 @@ mod tests {
             ),
             ("Ready", "False", "MirrorNotFound")
         );
+    }
+
+    fn part(p: i32, state: PartitionState) -> PartitionStatus {
+        PartitionStatus {
+            partition: p,
+            state,
+            ..Default::default()
+        }
+    }
+
+    /// A partition as a report holds it: its status and stop reason.
+    type Held = (PartitionStatus, Option<StopReason>);
+
+    fn ok(p: i32, state: PartitionState) -> Held {
+        (part(p, state), None)
+    }
+
+    fn failed(p: i32, retry: i32, reason: StopReason, error: &str) -> Held {
+        let status = PartitionStatus {
+            retry_attempt: Some(retry),
+            last_error: Some(error.into()),
+            last_mirrored_offset: Some(2168),
+            ..part(p, PartitionState::Failed)
+        };
+        (status, Some(reason))
+    }
+
+    fn report(held: Vec<Held>) -> Report {
+        let mut r = Report::default();
+        for (status, reason) in held {
+            if let Some(reason) = reason {
+                r.reasons.insert(status.partition, reason);
+            }
+            r.partitions.push(status);
+        }
+        r
+    }
+
+    #[test]
+    fn ready_reconciling_and_stalled_follow_the_partitions() {
+        use PartitionState::*;
+        use kmirror_crds::v1alpha1::DesiredState as D;
+        let refused = "record at offset 2169 is 2 MB, over the destination's max.message.bytes \
+                       1 MB; raise it on the destination topic, then kubectl mirror retry";
+        type Row<'a> = (
+            &'a str,
+            D,
+            Vec<Held>,
+            Option<(&'a str, &'a str)>,
+            Expect<'a>,
+        );
+        type Expect<'a> = ((bool, bool, bool), &'a str, &'a str);
+        #[rustfmt::skip]
+        let table: Vec<Row> = vec![
+            // name, spec.state, partitions, problem, (ready, reconciling, stalled), reason, message contains
+            ("all mirroring", D::Mirroring, vec![ok(0, Mirroring), ok(1, Mirroring)], None,
+             ((true, false, false), "Mirroring", "all 2 partitions MIRRORING")),
+            ("still preparing", D::Mirroring, vec![ok(0, Mirroring), ok(1, Preparing)], None,
+             ((false, true, false), "Progressing", "1 of 2 partitions moving to MIRRORING (PREPARING)")),
+            ("no partitions yet", D::Mirroring, vec![], None,
+             ((false, true, false), "Progressing", "partitions moving to MIRRORING")),
+            ("failing over", D::Stopped, vec![ok(0, Stopping), ok(1, Stopped)], None,
+             ((false, true, false), "Progressing", "moving to STOPPED")),
+            ("failed over, source gone or not", D::Stopped, vec![ok(0, Stopped), ok(1, Stopped)], None,
+             ((true, false, false), "Stopped", "all 2 partitions STOPPED")),
+            ("paused", D::Paused, vec![ok(0, Paused)], None,
+             ((true, false, false), "Paused", "all 1 partitions PAUSED")),
+            ("a refused record stalls", D::Mirroring,
+             vec![ok(0, Mirroring), failed(1, -1, StopReason::RecordRefused, refused)], None,
+             ((false, false, true), "PartitionFailed",
+             "partition 1 FAILED (RecordRefused), last mirrored offset 2168: record at offset 2169")),
+            ("a retried failure reconciles", D::Mirroring,
+             vec![ok(0, Mirroring), failed(1, 2, StopReason::Error, "broker down")], None,
+             ((false, true, false), "PartitionRetrying",
+             "partition 1 FAILED (Error), last mirrored offset 2168, retry 2: broker down")),
+            ("an invalid spec stalls", D::Mirroring, vec![], Some(("InvalidSpec", "spec.sourceTopic is empty")),
+             ((false, false, true), "InvalidSpec", "spec.sourceTopic is empty")),
+            ("an unreachable destination reconciles", D::Mirroring, vec![],
+             Some(("DestinationUnreachable", "destination unavailable: timed out")),
+             ((false, true, false), "DestinationUnreachable", "timed out")),
+        ];
+        for (
+            name,
+            desired,
+            partitions,
+            problem,
+            ((ready, reconciling, stalled), reason, message),
+        ) in table
+        {
+            let report = Report {
+                problem: problem.map(|(r, m)| (r.to_string(), m.to_string())),
+                ..report(partitions)
+            };
+            let h = topic_health(desired, &report);
+            assert_eq!(
+                (h.ready, h.reconciling, h.stalled),
+                (ready, reconciling, stalled),
+                "{name}"
+            );
+            assert_eq!(h.reason, reason, "{name}");
+            assert!(h.message.contains(message), "{name}: {}", h.message);
+            assert!(
+                !h.message.contains('\n') && h.message.len() <= 512,
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn many_failed_partitions_make_one_short_line() {
+        let r = report(
+            (0..40)
+                .map(|p| {
+                    failed(
+                        p,
+                        -1,
+                        StopReason::ForeignWrite,
+                        &"another writer at offset 7; ".repeat(20),
+                    )
+                })
+                .collect(),
+        );
+        let refs: Vec<&PartitionStatus> = r.partitions.iter().collect();
+        let m = failed_message(&r, &refs);
+        assert!(m.starts_with("partition 0 FAILED (ForeignWrite)"), "{m}");
+        assert!(m.len() <= 512, "{}", m.len());
+        assert!(m.contains("also FAILED: partitions 1, 2"), "{m}");
+        assert!(m.ends_with(", …"), "{m}");
+    }
+
+    #[test]
+    fn a_failed_partition_shows_its_stop_reason_and_one_line() {
+        use kmirror_state::records::FetcherError;
+        let records = PartitionRecords {
+            state: Some(PartitionStateRecord {
+                state: PartitionState::Failed,
+                retry_attempt: -1,
+                error: Some(
+                    "{\"level\":\"ERROR\",\"fields\":{\"message\":\"stopped\",\"error\":\"x\"}}\n"
+                        .into(),
+                ),
+                reason: Some(StopReason::SourceDiverged),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let s = partition_status(0, &records, None);
+        assert_eq!(stop_reason(&records), Some(StopReason::SourceDiverged));
+        assert_eq!(s.last_error.as_deref(), Some("stopped: x"));
+        // A record written before reasons were recorded: the fetcher's position says why.
+        let old = PartitionRecords {
+            state: Some(PartitionStateRecord {
+                state: PartitionState::Failed,
+                retry_attempt: -1,
+                error: Some("someone wrote".into()),
+                ..Default::default()
+            }),
+            position: Some(PositionRecord {
+                status: FetcherStatus::Failed,
+                error: Some(FetcherError {
+                    reason: StopReason::ForeignWrite,
+                    message: "someone wrote".into(),
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(stop_reason(&old), Some(StopReason::ForeignWrite));
+        let mut r = Report::default();
+        r.set(0, &old, None);
+        assert_eq!(r.reason(&r.partitions[0]), "ForeignWrite");
+        r.set(0, &PartitionRecords::default(), None);
+        assert_eq!(r.partitions.len(), 1, "replaced, not added");
+        assert!(r.reasons.is_empty());
+        let mirroring = PartitionRecords {
+            state: Some(PartitionStateRecord {
+                state: PartitionState::Mirroring,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(stop_reason(&mirroring), None);
     }
 }

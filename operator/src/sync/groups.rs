@@ -15,6 +15,7 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use super::{Mirrored, PartResult};
 use crate::clusters::Cluster;
 use crate::error::{Cause, KafkaError};
+use crate::metrics::{GroupLabels, Metrics};
 use crate::scope::MirrorScope;
 use crate::state_cache::StateCache;
 
@@ -42,6 +43,8 @@ pub struct GroupReport {
     pub unchanged: usize,
     /// Groups skipped because they have active members on the destination.
     pub active: Vec<String>,
+    /// Groups whose offsets could not be synced, with why; the others are synced regardless.
+    pub failed: Vec<(String, String)>,
 }
 
 impl GroupReport {
@@ -61,6 +64,28 @@ impl GroupReport {
         }
         s
     }
+
+    /// Why the sync failed, when a group failed: one line naming the groups.
+    pub fn failure(&self) -> Option<String> {
+        let (group, why) = self.failed.first()?;
+        let more = match self.failed.len() {
+            1 => String::new(),
+            n => format!(" (and {} more groups)", n - 1),
+        };
+        Some(format!(
+            "{} of {} groups failed; group {group}: {why}{more}",
+            self.failed.len(),
+            self.failed.len() + self.synced.len() + self.unchanged + self.active.len()
+        ))
+    }
+}
+
+/// What syncing one group did.
+enum GroupOutcome {
+    Synced,
+    Unchanged,
+    Active,
+    NothingCommitted,
 }
 
 /// Translates and clamps one committed source offset.
@@ -121,81 +146,101 @@ pub fn sync_blocking(
     let mut report = GroupReport::default();
     let mut watermarks: BTreeMap<(String, i32), (i64, i64)> = BTreeMap::new();
     for group in names {
-        let mut tpl = TopicPartitionList::new();
-        for plan in plans {
-            for p in &plan.partitions {
-                tpl.add_partition(&plan.source, *p);
+        match sync_group(source, destination, plans, &group, &mut watermarks) {
+            Ok(GroupOutcome::Synced) => report.synced.push(group),
+            Ok(GroupOutcome::Unchanged) => report.unchanged += 1,
+            Ok(GroupOutcome::Active) => report.active.push(group),
+            Ok(GroupOutcome::NothingCommitted) => {}
+            Err(why) => {
+                tracing::warn!(%group, error = %why, "cannot sync the group's offsets");
+                report.failed.push((group, why));
             }
         }
-        let committed = group_consumer(&source.config, &group)
-            .and_then(|c| c.committed_offsets(tpl, TIMEOUT))
-            .map_err(|e| format!("offsets of group {group} on the source: {e}"))?;
-        let mut target = TopicPartitionList::new();
-        for e in committed.elements() {
-            let Offset::Offset(offset) = e.offset() else {
-                continue;
-            };
-            let Some(plan) = plans.iter().find(|p| p.source == e.topic()) else {
-                continue;
-            };
-            let key = (plan.destination.clone(), e.partition());
-            if !watermarks.contains_key(&key) {
-                let w = destination
-                    .admin
-                    .inner()
-                    .fetch_watermarks(&plan.destination, e.partition(), TIMEOUT)
-                    .map_err(|err| {
-                        format!(
-                            "offsets of {}[{}] on the destination: {err}",
-                            plan.destination,
-                            e.partition()
-                        )
-                    })?;
-                watermarks.insert(key.clone(), w);
-            }
-            let map = plan.maps.get(&e.partition()).cloned().unwrap_or_default();
-            let translated = translate(&map, offset, watermarks[&key]);
-            target
-                .add_partition_offset(&plan.destination, e.partition(), Offset::Offset(translated))
-                .map_err(|err| err.to_string())?;
-        }
-        if target.count() == 0 {
-            continue;
-        }
-        let described = destination
-            .admin
-            .inner()
-            .fetch_group_list(Some(&group), TIMEOUT)
-            .map_err(|e| format!("describing group {group} on the destination: {e}"))?;
-        if described.groups().iter().any(|g| !g.members().is_empty()) {
-            report.active.push(group);
-            continue;
-        }
-        let consumer = group_consumer(&destination.config, &group).map_err(|e| e.to_string())?;
-        let current = consumer
-            .committed_offsets(target.clone(), TIMEOUT)
-            .map_err(|e| format!("offsets of group {group} on the destination: {e}"))?;
-        let same = target.elements().iter().all(|t| {
-            current
-                .find_partition(t.topic(), t.partition())
-                .is_some_and(|c| c.offset() == t.offset())
-        });
-        if same {
-            report.unchanged += 1;
-            continue;
-        }
-        consumer
-            .commit(&target, CommitMode::Sync)
-            .map_err(|e| format!("committing offsets of group {group} on the destination: {e}"))?;
-        report.synced.push(group);
     }
     Ok(report)
 }
 
+/// Syncs one group's offsets (the log ends of destination partitions are read once per run).
+fn sync_group(
+    source: &Cluster,
+    destination: &Cluster,
+    plans: &[TopicPlan],
+    group: &str,
+    watermarks: &mut BTreeMap<(String, i32), (i64, i64)>,
+) -> std::result::Result<GroupOutcome, String> {
+    let mut tpl = TopicPartitionList::new();
+    for plan in plans {
+        for p in &plan.partitions {
+            tpl.add_partition(&plan.source, *p);
+        }
+    }
+    let committed = group_consumer(&source.config, group)
+        .and_then(|c| c.committed_offsets(tpl, TIMEOUT))
+        .map_err(|e| format!("reading its offsets on the source: {e}"))?;
+    let mut target = TopicPartitionList::new();
+    for e in committed.elements() {
+        let Offset::Offset(offset) = e.offset() else {
+            continue;
+        };
+        let Some(plan) = plans.iter().find(|p| p.source == e.topic()) else {
+            continue;
+        };
+        let key = (plan.destination.clone(), e.partition());
+        if !watermarks.contains_key(&key) {
+            let w = destination
+                .admin
+                .inner()
+                .fetch_watermarks(&plan.destination, e.partition(), TIMEOUT)
+                .map_err(|err| {
+                    format!(
+                        "offsets of {}[{}] on the destination: {err}",
+                        plan.destination,
+                        e.partition()
+                    )
+                })?;
+            watermarks.insert(key.clone(), w);
+        }
+        let map = plan.maps.get(&e.partition()).cloned().unwrap_or_default();
+        let translated = translate(&map, offset, watermarks[&key]);
+        target
+            .add_partition_offset(&plan.destination, e.partition(), Offset::Offset(translated))
+            .map_err(|err| err.to_string())?;
+    }
+    if target.count() == 0 {
+        return Ok(GroupOutcome::NothingCommitted);
+    }
+    let described = destination
+        .admin
+        .inner()
+        .fetch_group_list(Some(group), TIMEOUT)
+        .map_err(|e| format!("describing it on the destination: {e}"))?;
+    if described.groups().iter().any(|g| !g.members().is_empty()) {
+        return Ok(GroupOutcome::Active);
+    }
+    let consumer = group_consumer(&destination.config, group).map_err(|e| e.to_string())?;
+    let current = consumer
+        .committed_offsets(target.clone(), TIMEOUT)
+        .map_err(|e| format!("reading its offsets on the destination: {e}"))?;
+    let same = target.elements().iter().all(|t| {
+        current
+            .find_partition(t.topic(), t.partition())
+            .is_some_and(|c| c.offset() == t.offset())
+    });
+    if same {
+        return Ok(GroupOutcome::Unchanged);
+    }
+    consumer
+        .commit(&target, CommitMode::Sync)
+        .map_err(|e| format!("committing its offsets on the destination: {e}"))?;
+    Ok(GroupOutcome::Synced)
+}
+
 /// Syncs the groups of the mirror over its mirrored topics that are not failed over (or, with
-/// `only`, over that one topic — the final sync of a failover).
+/// `only`, over that one topic — the final sync of a failover). Each group that fails counts in
+/// `kmirror_operator_group_sync_failures_total`; the part fails when one did.
 pub async fn sync(
     scope: &MirrorScope,
+    metrics: &Metrics,
     topics: &[Mirrored],
     only: Option<&MirrorTopic>,
 ) -> PartResult {
@@ -230,15 +275,34 @@ pub async fn sync(
     if !report.synced.is_empty() {
         tracing::info!(groups = ?report.synced, "synced consumer-group offsets");
     }
-    Ok(report.summary())
+    for (group, _) in &report.failed {
+        metrics
+            .group_sync_failures
+            .get_or_create(&GroupLabels {
+                mirror: scope.key.clone(),
+                group: group.clone(),
+            })
+            .inc();
+    }
+    match report.failure() {
+        Some(message) => Err(Cause::Kafka(KafkaError {
+            cluster: "destination",
+            message,
+        })),
+        None => Ok(report.summary()),
+    }
 }
 
 /// The last group-offset sync of a topic being failed over (skipped when disabled).
-pub async fn final_sync(scope: &MirrorScope, mt: &MirrorTopic) -> Result<(), Cause> {
+pub async fn final_sync(
+    scope: &MirrorScope,
+    metrics: &Metrics,
+    mt: &MirrorTopic,
+) -> Result<(), Cause> {
     if !scope.mirror.spec.sync.consumer_groups.enabled {
         return Ok(());
     }
-    sync(scope, &[], Some(mt)).await.map(|_| ())
+    sync(scope, metrics, &[], Some(mt)).await.map(|_| ())
 }
 
 #[cfg(test)]
@@ -271,14 +335,33 @@ mod tests {
 
     #[test]
     fn summary_names_skipped_groups() {
-        let r = GroupReport {
+        let mut r = GroupReport {
             synced: vec!["a".into()],
             unchanged: 2,
             active: vec!["busy".into()],
+            failed: Vec::new(),
         };
         assert_eq!(
             r.summary(),
             "1 groups synced, 2 unchanged, 1 skipped (active members on the destination: busy)"
+        );
+        assert_eq!(r.failure(), None);
+        r.failed = vec![
+            (
+                "pay".into(),
+                "reading its offsets on the source: timed out".into(),
+            ),
+            (
+                "ship".into(),
+                "describing it on the destination: timed out".into(),
+            ),
+        ];
+        assert_eq!(
+            r.failure().as_deref(),
+            Some(
+                "2 of 6 groups failed; group pay: reading its offsets on the source: timed out \
+                 (and 1 more groups)"
+            )
         );
     }
 }

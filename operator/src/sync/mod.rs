@@ -134,7 +134,7 @@ pub async fn run(ctx: &Context, scope: &MirrorScope) -> Outcomes {
     if spec.consumer_groups.enabled {
         out.insert(
             SyncPart::ConsumerGroups,
-            groups::sync(scope, &topics, None).await,
+            groups::sync(scope, &ctx.metrics, &topics, None).await,
         );
     }
     if spec.acls.enabled {
