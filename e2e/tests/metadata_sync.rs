@@ -341,7 +341,10 @@ async fn source_acls_become_read_only_destination_acls_and_deletions_follow() {
         &mixed_records(1, 1, 0, 62),
         // Not idempotent: the refusal is the record's own (an idempotent producer without
         // IDEMPOTENT_WRITE fails earlier, fatally, and reports its records purged).
-        &[("message.timeout.ms", "5000"), ("enable.idempotence", "false")],
+        &[
+            ("message.timeout.ms", "5000"),
+            ("enable.idempotence", "false"),
+        ],
     );
     let err = produced.expect_err("app must not write to a mirrored topic");
     assert!(
