@@ -118,7 +118,8 @@ async fn a_zombie_fetcher_stops_writing_before_its_replacement_writes() {
     let injected = Instant::now();
     let mut replaced_after = None;
     let mut zombie_ended_after = None;
-    while injected.elapsed() < Duration::from_secs(45) {
+    // A replacement comes once the zombie's last grant has run out: D + margin = 35 s.
+    while injected.elapsed() < Duration::from_secs(75) {
         if replaced_after.is_none()
             && s.pods().await.iter().any(|p| {
                 p.metadata.name.as_deref() == Some(pod.as_str())

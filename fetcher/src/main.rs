@@ -100,7 +100,7 @@ struct Args {
     #[arg(long, env = "POD_UID")]
     lease_holder_uid: Option<String>,
     /// How long a write lease lasts, seconds.
-    #[arg(long, env = "KMIRROR_LEASE_DURATION_SECONDS", default_value_t = 15.0)]
+    #[arg(long, env = "KMIRROR_LEASE_DURATION_SECONDS", default_value_t = 30.0)]
     lease_duration_seconds: f64,
     /// Log format: `text` or `json`.
     #[arg(long, env = "KMIRROR_LOG_FORMAT", default_value = "text")]

@@ -19,8 +19,11 @@ pub const LEASE_RECORD_VERSION: u32 = 1;
 /// Partitions of the lease topic (fixed: holders find their partition by hashing their name).
 pub const LEASE_PARTITIONS: i32 = 16;
 
-/// How long a grant lasts unless configured otherwise.
-pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(15);
+/// How long a grant lasts unless configured otherwise. A fetcher stops writing when a third of
+/// it plus a second is left without a renewal (19 s): long enough to ride out an operator leader
+/// change or a destination broker that holds the lease topic's partition freezing for a while,
+/// short enough that a lost node's replacement starts within D + margin (35 s).
+pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(30);
 
 /// What the grantor adds to a grant's duration before it counts the grant as expired: clock
 /// drift between the two processes and the time a request takes to arrive.

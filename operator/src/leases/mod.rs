@@ -28,7 +28,11 @@ use rdkafka::ClientConfig;
 use ledger::{Holder, Ledger};
 
 /// How far back the lease topic is read at start: a lease, its margin, and slack for clocks.
-const READ_BACK: Duration = Duration::from_secs(30);
+const READ_BACK: Duration = Duration::from_secs(
+    kmirror_state::leases::DEFAULT_LEASE_DURATION.as_secs()
+        + kmirror_state::leases::GRANTOR_MARGIN.as_secs()
+        + 25,
+);
 
 /// A unit some holder may still write to.
 #[derive(Debug, Clone, PartialEq, Eq)]
