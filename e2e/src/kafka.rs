@@ -328,6 +328,32 @@ pub fn produce_all(
     Ok(())
 }
 
+/// Produces `(value, timestamp)` records with key `k` to partition 0, in order, waiting for every
+/// delivery (idempotent, records up to 4 MB).
+pub fn produce_with_timestamps(config: &ClientConfig, topic: &str, records: &[(Vec<u8>, i64)]) {
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let producer: BaseProducer = config
+        .clone()
+        .set("enable.idempotence", "true")
+        .set("message.max.bytes", "4000000")
+        .create()
+        .expect("producer");
+    for (value, ts) in records {
+        producer
+            .send(
+                BaseRecord::<[u8], [u8]>::to(topic)
+                    .partition(0)
+                    .key(b"k".as_slice())
+                    .payload(value.as_slice())
+                    .timestamp(*ts),
+            )
+            .map_err(|(e, _)| e)
+            .expect("send");
+        producer.poll(Duration::ZERO);
+    }
+    producer.flush(Duration::from_secs(60)).expect("flush");
+}
+
 /// (log start, log end) of a partition.
 pub fn watermarks(
     config: &ClientConfig,

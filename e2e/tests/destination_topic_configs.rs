@@ -17,7 +17,6 @@ use kmirror_state::kafka_record::TimestampKind;
 use rdkafka::ClientConfig;
 use rdkafka::admin::AdminClient;
 use rdkafka::client::DefaultClientContext;
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use serde_json::{Value, json};
 
 const UNBOUNDED: &str = "9223372036854775807";
@@ -25,30 +24,6 @@ const DAY: i64 = 24 * 3600 * 1000;
 
 fn now_ms() -> i64 {
     kmirror_state::records::now_ms()
-}
-
-/// Produces `(value, timestamp)` records to partition 0 in order, waiting for every delivery.
-fn produce(config: &ClientConfig, topic: &str, records: &[(Vec<u8>, i64)]) {
-    let producer: BaseProducer = config
-        .clone()
-        .set("enable.idempotence", "true")
-        .set("message.max.bytes", "4000000")
-        .create()
-        .expect("producer");
-    for (value, ts) in records {
-        producer
-            .send(
-                BaseRecord::<[u8], [u8]>::to(topic)
-                    .partition(0)
-                    .key(b"k".as_slice())
-                    .payload(value.as_slice())
-                    .timestamp(*ts),
-            )
-            .map_err(|(e, _)| e)
-            .expect("send");
-        producer.poll(Duration::ZERO);
-    }
-    producer.flush(Duration::from_secs(60)).expect("flush");
 }
 
 fn alter(config: &ClientConfig, topic: &str, ops: &[ConfigOp]) {
@@ -154,7 +129,7 @@ async fn log_append_time_sources_and_far_timestamps_are_copied_unchanged() {
     values.push((b"next-week".to_vec(), now + 7 * DAY));
     values.push((b"ten-years-ago".to_vec(), now - 3650 * DAY));
     values.extend((0..5).map(|i| (format!("later-{i}").into_bytes(), now)));
-    produce(&source, &far, &values);
+    kmirror_e2e::kafka::produce_with_timestamps(&source, &far, &values);
 
     // A source that stamps its own append time over the producer's.
     let append = unique_name("dtc-append");
@@ -169,7 +144,7 @@ async fn log_append_time_sources_and_far_timestamps_are_copied_unchanged() {
     let stamped: Vec<(Vec<u8>, i64)> = (0..10)
         .map(|i| (format!("a-{i}").into_bytes(), now + 30 * DAY))
         .collect();
-    produce(&source, &append, &stamped);
+    kmirror_e2e::kafka::produce_with_timestamps(&source, &append, &stamped);
 
     s.apply_topic("far", json!({"mirror": "dr", "sourceTopic": far}))
         .await;
@@ -325,7 +300,7 @@ async fn records_as_large_as_the_source_broker_allows_fit_and_the_sync_keeps_the
         let mut rng = Rng::new(7);
         values.push(((0..2_000_000).map(|_| rng.next_u64() as u8).collect(), now));
         values.push((b"after".to_vec(), now));
-        produce(&source, &topic, &values);
+        kmirror_e2e::kafka::produce_with_timestamps(&source, &topic, &values);
         s.apply_topic("big", json!({"mirror": "dr", "sourceTopic": topic}))
             .await;
         assert_copied(bed, &s, "big", &topic, values.len()).await;
@@ -409,7 +384,7 @@ async fn a_bound_the_spec_sets_is_kept_and_a_record_beyond_it_is_refused() {
     values.push((b"in-two-hours".to_vec(), now + DAY / 12));
     values.push((b"next-week".to_vec(), now + 7 * DAY));
     values.push((b"after".to_vec(), now));
-    produce(&source, &topic, &values);
+    kmirror_e2e::kafka::produce_with_timestamps(&source, &topic, &values);
     s.apply_topic("bounded", json!({"mirror": "dr", "sourceTopic": topic}))
         .await;
     let t = s

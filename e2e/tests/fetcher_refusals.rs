@@ -25,7 +25,6 @@ use kmirror_state::records::FetcherError;
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, AlterConfig, ResourceSpecifier};
 use rdkafka::client::DefaultClientContext;
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 
 fn fetcher_args(bed: &Testbed, mirror: &str, topic: &str, partitions: &str) -> Vec<String> {
     let mut a: Vec<String> = [
@@ -71,30 +70,6 @@ fn records(prefix: &str, n: usize, size: usize) -> Vec<TestRecord> {
 fn random_bytes(n: usize, seed: u64) -> Vec<u8> {
     let mut rng = Rng::new(seed);
     (0..n).map(|_| rng.next_u64() as u8).collect()
-}
-
-/// Produces `(value, timestamp)` records to partition 0, in order, waiting for every delivery.
-fn produce_with_timestamps(config: &ClientConfig, topic: &str, records: &[(Vec<u8>, i64)]) {
-    let producer: BaseProducer = config
-        .clone()
-        .set("enable.idempotence", "true")
-        .set("message.max.bytes", "4000000")
-        .create()
-        .expect("producer");
-    for (value, ts) in records {
-        producer
-            .send(
-                BaseRecord::<[u8], [u8]>::to(topic)
-                    .partition(0)
-                    .key(b"k".as_slice())
-                    .payload(value.as_slice())
-                    .timestamp(*ts),
-            )
-            .map_err(|(e, _)| e)
-            .expect("send");
-        producer.poll(Duration::ZERO);
-    }
-    producer.flush(Duration::from_secs(60)).expect("flush");
 }
 
 async fn alter_topic_config(config: &ClientConfig, topic: &str, key: &str, value: &str) {
@@ -252,7 +227,7 @@ async fn a_timestamp_beyond_the_destination_bounds_is_refused() {
         .collect();
     values.push((b"next-week".to_vec(), now + week));
     values.extend((0..10).map(|i| (format!("later-{i}").into_bytes(), now)));
-    produce_with_timestamps(&source, &topic, &values);
+    kmirror_e2e::kafka::produce_with_timestamps(&source, &topic, &values);
     let mirror = format!("e2e/{topic}");
     let mut fetcher = FetcherProcess::spawn(&fetcher_args(bed, &mirror, &topic, "0"));
     let code = fetcher.wait(Duration::from_secs(90));
