@@ -10,6 +10,17 @@ KM_LOGS="$KM_RUN/logs"
 KM_PIDS="$KM_RUN/pids"
 mkdir -p "$KM_CACHE" "$KM_LOGS" "$KM_PIDS"
 
+# Run from a test (cargo test sets these for the crate under test), a cargo build here would see
+# them: ring's build script reruns when CARGO_MANIFEST_DIR changes, so every crate above it would
+# be compiled again and the binaries of running pods and of the node agent replaced mid-run.
+for _var in $(compgen -e); do
+  case "$_var" in
+    CARGO_MANIFEST_* | CARGO_PKG_* | CARGO_CRATE_NAME | CARGO_BIN_* | CARGO_PRIMARY_PACKAGE | \
+      CARGO_TARGET_TMPDIR | CARGO_RUSTC_CURRENT_DIR) unset "$_var" ;;
+  esac
+done
+unset _var
+
 # Messages go to stderr so that `testbed.sh env` stays eval-able.
 log() { printf '[testbed %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { printf '[testbed] ERROR: %s\n' "$*" >&2; exit 1; }

@@ -355,7 +355,12 @@ fault_unclean_election() {
 
 _fault_agent_bin() {
   is_running node-agent || die "the node agent is not running"
-  readlink -f "/proc/$(cat "$KM_PIDS/node-agent.pid")/exe"
+  local exe
+  exe="$(readlink "/proc/$(cat "$KM_PIDS/node-agent.pid")/exe")"
+  # A program whose file a rebuild replaced cannot be run by path; its copy in $KM_RUN/bin can.
+  [ -x "$exe" ] || exe="$NODE_RUN_BIN"
+  [ -x "$exe" ] || die "the running node agent's program is gone ($exe); e2e/testbed.sh restart node-agent"
+  echo "$exe"
 }
 
 fault_zombie() {

@@ -3,7 +3,8 @@
 # e2e/bed/k8s.sh, not executed. See docs/testbed-node-agent.md.
 #
 # Layout
-#   binary     cargo build -p kmirror-node-agent into ${CARGO_TARGET_DIR:-$KM_CACHE/target}/debug
+#   binary     cargo build -p kmirror-node-agent into ${CARGO_TARGET_DIR:-$KM_CACHE/target}/debug,
+#              run from a copy in $KM_RUN/bin (a later build does not pull it from under the agent)
 #   state      $KM_RUN/node   per-pod state: volumes, private /tmp, process records
 #   pod logs   $KM_RUN/pods/<namespace>_<pod>/<container>.log (previous instance: .log.1)
 #   agent log  $KM_LOGS/node-agent.log
@@ -20,6 +21,9 @@ NODE_NAME="${KMIRROR_NODE_NAME:-kmirror-node}"
 NODE_REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 NODE_TARGET="${CARGO_TARGET_DIR:-$KM_CACHE/target}"
 NODE_BIN="$NODE_TARGET/debug/kmirror-node-agent"
+# The agent runs from a copy: a later cargo build replaces $NODE_BIN, and a running program whose
+# file was replaced can no longer be run again by path (/proc/PID/exe says "(deleted)").
+NODE_RUN_BIN="$KM_RUN/bin/kmirror-node-agent"
 NODE_STATE="$KM_RUN/node"
 NODE_PODS="$KM_RUN/pods"
 
@@ -60,7 +64,10 @@ node_up() {
       done
       bins+=(--bin-path "$NODE_TARGET/debug" --bin-path "$NODE_TARGET/release")
     fi
-    start_bg node-agent "$NODE_BIN" run --kubeconfig "$K8S_KUBECONFIG" --node-name "$NODE_NAME" \
+    mkdir -p "${NODE_RUN_BIN%/*}"
+    cp -f "$NODE_BIN" "$NODE_RUN_BIN.new" && mv -f "$NODE_RUN_BIN.new" "$NODE_RUN_BIN" ||
+      die "cannot copy the node agent to $NODE_RUN_BIN"
+    start_bg node-agent "$NODE_RUN_BIN" run --kubeconfig "$K8S_KUBECONFIG" --node-name "$NODE_NAME" \
       --state-dir "$NODE_STATE" --logs-dir "$NODE_PODS" "${bins[@]}"
   fi
   wait_for "node $NODE_NAME to be Ready" 60 node-agent _node_ready ||
@@ -107,7 +114,7 @@ node_env() {
 export KMIRROR_NODE_NAME=$NODE_NAME
 export KMIRROR_PODS_DIR=$NODE_PODS
 export KMIRROR_NODE_STATE_DIR=$NODE_STATE
-export KMIRROR_NODE_AGENT_BIN=$NODE_BIN
+export KMIRROR_NODE_AGENT_BIN=$NODE_RUN_BIN
 ENV
 }
 
@@ -126,8 +133,10 @@ node_status() {
 node_down() {
   stop_pid node-agent 60
   if [ -d "$NODE_STATE" ]; then
-    if [ -x "$NODE_BIN" ]; then
-      "$NODE_BIN" cleanup --state-dir "$NODE_STATE" >>"$KM_LOGS/node-agent.log" 2>&1 ||
+    local agent="$NODE_RUN_BIN"
+    [ -x "$agent" ] || agent="$NODE_BIN"
+    if [ -x "$agent" ]; then
+      "$agent" cleanup --state-dir "$NODE_STATE" >>"$KM_LOGS/node-agent.log" 2>&1 ||
         log "node agent cleanup failed; see $KM_LOGS/node-agent.log"
     fi
     rm -rf "$NODE_STATE"

@@ -28,7 +28,7 @@ pub fn target_dir() -> PathBuf {
 pub fn binary(name: &str) -> PathBuf {
     static BUILT: OnceLock<()> = OnceLock::new();
     BUILT.get_or_init(|| {
-        let status = Command::new(env!("CARGO"))
+        let status = crate::testbed::cargo()
             // The very build `make test` does before its tests (same packages, same targets,
             // hence the same dependency features): a no-op there. Building only the three
             // packages would resolve other features and compile every shared dependency again.

@@ -21,6 +21,31 @@ pub fn repo_root() -> PathBuf {
         .to_path_buf()
 }
 
+/// A `cargo` command for building the workspace from a test: without the variables cargo sets
+/// for the crate under test. ring's build script reruns when `CARGO_MANIFEST_DIR` changes, so
+/// with them every crate above it would be compiled again and the binaries that bed pods and
+/// the node agent run replaced mid-run.
+pub fn cargo() -> Command {
+    let mut cmd = Command::new(env!("CARGO"));
+    for (name, _) in std::env::vars_os() {
+        let Some(name) = name.to_str() else { continue };
+        let per_crate = ["CARGO_MANIFEST_", "CARGO_PKG_", "CARGO_BIN_"]
+            .iter()
+            .any(|p| name.starts_with(p))
+            || matches!(
+                name,
+                "CARGO_CRATE_NAME"
+                    | "CARGO_PRIMARY_PACKAGE"
+                    | "CARGO_TARGET_TMPDIR"
+                    | "CARGO_RUSTC_CURRENT_DIR"
+            );
+        if per_crate {
+            cmd.env_remove(name);
+        }
+    }
+    cmd
+}
+
 /// The test bed script, `e2e/testbed.sh`.
 pub fn script() -> PathBuf {
     repo_root().join("e2e/testbed.sh")
@@ -127,7 +152,73 @@ impl Testbed {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_exports;
+    use super::{cargo, parse_exports, repo_root};
+
+    /// Built-unit freshness from `cargo build --message-format=json` output: (fresh, compiled).
+    fn build(mut cmd: std::process::Command) -> (usize, Vec<String>) {
+        let out = cmd
+            .args([
+                "build",
+                "--workspace",
+                "--bins",
+                "--tests",
+                "--message-format=json",
+            ])
+            .current_dir(repo_root())
+            .stderr(std::process::Stdio::null())
+            .output()
+            .expect("run cargo build");
+        assert!(out.status.success(), "cargo build failed");
+        let (mut fresh, mut compiled) = (0, Vec::new());
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else {
+                continue;
+            };
+            if msg["reason"] != "compiler-artifact" {
+                continue;
+            }
+            if msg["fresh"] == true {
+                fresh += 1;
+            } else {
+                compiled.push(msg["package_id"].as_str().unwrap_or("?").to_string());
+            }
+        }
+        (fresh, compiled)
+    }
+
+    /// The build `make test` does before its tests (its shell has none of the variables cargo
+    /// sets for a test), then the build a test helper does: the second must compile nothing,
+    /// or the binaries that bed pods and the node agent run are replaced mid-run.
+    #[test]
+    fn a_build_from_a_test_reuses_the_build_before_the_tests() {
+        // Every CARGO_* variable but cargo's own configuration (set by a user or CI).
+        let config = [
+            "CARGO_HOME",
+            "CARGO_TARGET_DIR",
+            "CARGO_INCREMENTAL",
+            "CARGO_BUILD_",
+            "CARGO_TERM_",
+            "CARGO_PROFILE_",
+            "CARGO_NET_",
+            "CARGO_HTTP_",
+            "CARGO_REGISTR",
+            "CARGO_ALIAS_",
+            "CARGO_UNSTABLE_",
+            "CARGO_LOG",
+            "CARGO_CACHE_",
+        ];
+        let mut outer = std::process::Command::new(env!("CARGO"));
+        for (name, _) in std::env::vars_os() {
+            let Some(n) = name.to_str() else { continue };
+            if n.starts_with("CARGO_") && !config.iter().any(|c| n.starts_with(c)) {
+                outer.env_remove(n);
+            }
+        }
+        build(outer);
+        let (fresh, compiled) = build(cargo());
+        assert!(fresh > 0, "no artifacts reported");
+        assert!(compiled.is_empty(), "compiled again: {compiled:?}");
+    }
 
     #[test]
     fn parses_quoted_exports() {

@@ -1270,7 +1270,7 @@ fn dockerfile_build_command_works_with_cargo() {
     );
     // Built for the whole workspace with its tests, as `make test` builds: the same dependency
     // features, so nothing is compiled again (only the selected packages would resolve others).
-    let status = Command::new(env!("CARGO"))
+    let status = kmirror_e2e::testbed::cargo()
         .args(&args)
         .args(["--workspace", "--tests"])
         .current_dir(repo_root())
