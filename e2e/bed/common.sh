@@ -33,9 +33,16 @@ is_running() {
 
 # start_bg NAME CMD...: start CMD detached (own session), stdout+stderr to $KM_LOGS/NAME.log,
 # PID recorded in $KM_PIDS/NAME.pid. Does nothing when NAME is already running.
+# The clusters' own processes (Kafka brokers and controllers, ZooKeeper, etcd, the API server)
+# run at a higher CPU priority (nice KMIRROR_BED_NICE, default -5) than the tests and the pods:
+# on a 2-core machine, a starved KRaft controller misses broker heartbeats and fences healthy
+# brokers, which is a fault nobody injected. Best effort: without the right, nice warns and runs.
 start_bg() {
   local name="$1"; shift
   if is_running "$name"; then return 0; fi
+  case "$name" in
+    kafka-* | zookeeper | k8s-etcd | k8s-apiserver) set -- nice -n "${KMIRROR_BED_NICE:--5}" "$@" ;;
+  esac
   setsid "$@" >>"$KM_LOGS/$name.log" 2>&1 < /dev/null &
   echo $! >"$KM_PIDS/$name.pid"
 }

@@ -87,7 +87,12 @@ impl FetcherProcess {
         let child = Command::new(binary("kmirror-fetcher"))
             .args(args)
             .args(defaults)
-            .env("RUST_LOG", "info,librdkafka=warn")
+            // KMIRROR_E2E_FETCHER_LOG: another filter when chasing a failure (e.g. "debug").
+            .env(
+                "RUST_LOG",
+                std::env::var("KMIRROR_E2E_FETCHER_LOG")
+                    .unwrap_or_else(|_| "info,librdkafka=warn".into()),
+            )
             .stdout(Stdio::from(file.try_clone().expect("log handle")))
             .stderr(Stdio::from(file))
             .spawn()

@@ -153,12 +153,21 @@ pub struct PartitionView {
     pub offsets_identical: Option<bool>,
     /// Why it failed, if it did.
     pub last_error: Option<String>,
+    /// Failed retries so far; -1 when the failure is not retryable (it waits for a person).
+    pub retry_attempt: Option<i32>,
 }
 
 impl PartitionView {
     /// `topic-partition`.
     pub fn label(&self) -> String {
         format!("{}-{}", self.topic, self.partition)
+    }
+
+    /// FAILED with a reason and not retried by the operator: it waits for a person.
+    pub fn failed_for_good(&self) -> bool {
+        self.state == PartitionState::Failed
+            && self.last_error.is_some()
+            && self.retry_attempt.is_some_and(|a| a < 0)
     }
 }
 
@@ -183,6 +192,7 @@ pub async fn snapshot(s: &Scenario) -> anyhow::Result<Vec<PartitionView>> {
                 last_mirrored: p.last_mirrored_offset,
                 offsets_identical: p.offsets_identical,
                 last_error: p.last_error,
+                retry_attempt: p.retry_attempt,
             });
         }
     }
@@ -314,6 +324,7 @@ mod tests {
             last_mirrored: None,
             offsets_identical: Some(true),
             last_error: None,
+            retry_attempt: None,
         }
     }
 
@@ -327,6 +338,24 @@ mod tests {
         m.observe(&[view("a", 0, PartitionState::Mirroring, Some(20))]);
         assert_eq!(m.max_lag, Some((50, "b-1".to_string())));
         assert_eq!(m.max_lag_seconds.map(|(s, _)| s), Some(5.0));
+    }
+
+    #[test]
+    fn only_a_failure_the_operator_does_not_retry_is_for_good() {
+        let failed = |retry: Option<i32>, error: Option<&str>| PartitionView {
+            retry_attempt: retry,
+            last_error: error.map(String::from),
+            ..view("t", 0, PartitionState::Failed, None)
+        };
+        assert!(failed(Some(-1), Some("source diverged at 10")).failed_for_good());
+        assert!(!failed(Some(2), Some("no write lease within 120s")).failed_for_good());
+        assert!(!failed(Some(-1), None).failed_for_good(), "no reason");
+        assert!(!failed(None, Some("x")).failed_for_good());
+        let mirroring = PartitionView {
+            retry_attempt: Some(-1),
+            ..view("t", 0, PartitionState::Mirroring, Some(0))
+        };
+        assert!(!mirroring.failed_for_good());
     }
 
     #[test]

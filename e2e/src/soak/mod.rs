@@ -239,10 +239,11 @@ pub async fn run(opts: &Options) -> anyhow::Result<(String, bool)> {
             producer_failures.push((topic.clone(), c.failed.load(Relaxed), last));
         }
     }
-    // Partitions FAILED with a reason are reported as such; the others must drain.
+    // Partitions FAILED for good (not retried) are reported as such; the others must drain,
+    // including those the operator is still retrying after a fault.
     let drained =
         mirror::wait_recovered(&s, &mut monitor, MIRROR, 0, Duration::from_secs(300), |v| {
-            v.state == PartitionState::Failed && v.last_error.is_some()
+            v.failed_for_good()
         })
         .await;
     say(

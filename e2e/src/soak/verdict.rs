@@ -390,6 +390,7 @@ mod tests {
             last_mirrored: None,
             offsets_identical: Some(true),
             last_error: err.map(String::from),
+            retry_attempt: err.map(|_| -1),
         }
     }
 
