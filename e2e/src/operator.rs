@@ -103,6 +103,24 @@ impl OperatorProcess {
         http_get(&self.http, "/metrics")
     }
 
+    /// A counter's value: 0 while the series has no line yet. Retries the scrape for 30 s (a
+    /// busy machine can miss the 5 s read timeout) and panics when /metrics never answers, so
+    /// a failed scrape is never read as 0.
+    pub fn counter(&self, series: &str) -> f64 {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(body) = self.metrics_text() {
+                return body
+                    .lines()
+                    .find(|l| l.starts_with(series))
+                    .and_then(|l| l.rsplit(' ').next())
+                    .map_or(0.0, |v| v.parse().expect("a counter is a number"));
+            }
+            assert!(Instant::now() < deadline, "/metrics did not answer in 30 s");
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+
     /// The value of a metric series (first line starting with `series`).
     pub fn metric(&self, series: &str) -> Option<f64> {
         let body = http_get(&self.http, "/metrics")?;

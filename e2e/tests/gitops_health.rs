@@ -16,8 +16,10 @@ use std::time::{Duration, Instant};
 
 use kmirror_crds::v1alpha1::PartitionState;
 use kmirror_e2e::Testbed;
-use kmirror_e2e::fetcher::ensure_state_topic;
-use kmirror_e2e::kafka::{DestUser, create_topic, mixed_records, produce_all, unique_name};
+use kmirror_e2e::fetcher::{ensure_state_topic, wait_until};
+use kmirror_e2e::kafka::{
+    DestUser, create_topic, mixed_records, produce_all, unique_name, watermarks,
+};
 use kmirror_e2e::operator::{OperatorProcess, Scenario, all_partitions};
 use kmirror_e2e::testbed::repo_root;
 use serde::Deserialize;
@@ -436,7 +438,16 @@ async fn real_mirrors_move_through_every_health() {
         "2 topics, 3 of 3 partitions mirroring",
     );
 
-    // Failed: another client writes to audit's destination, then the source moves on.
+    // Failed: another client writes to audit's destination, then the source moves on. MIRRORING
+    // is the lifecycle's word, not "copied": the fetcher may not have started yet, so the foreign
+    // record goes in only after kmirror copied audit's 50 records (before that the same write is
+    // refused as DestinationNotEmpty instead).
+    let dest_admin = bed.dest_config(DestUser::Admin);
+    wait_until(
+        "audit's 50 records on the destination",
+        Duration::from_secs(90),
+        || watermarks(&dest_admin, &audit, 0).is_ok_and(|(_, end)| end == 50),
+    );
     produce_all(
         &bed.dest_config(DestUser::Admin),
         &audit,
