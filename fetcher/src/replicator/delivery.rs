@@ -116,9 +116,10 @@ fn is_consequence(e: &KafkaError) -> bool {
 }
 
 impl Unit {
-    /// Applies one delivery report: a failed delivery or an offset other than the expected one
-    /// stops the partition (a record landing below it means the destination lost records; above
-    /// it, that another client wrote); otherwise the cursor and the counters advance.
+    /// Applies one delivery report: a failed delivery, a delivery without an offset or an offset
+    /// other than the expected one stops the partition (a record landing below it means the
+    /// destination lost records; above it, that another client wrote); otherwise the cursor and
+    /// the counters advance.
     pub(super) fn confirm(
         &mut self,
         destination_topic: &str,
@@ -130,6 +131,13 @@ impl Unit {
             Ok(offset) => offset,
             Err(source) => return Err(delivery_failure(destination_topic, limits, &p, source)),
         };
+        if actual < 0 {
+            return Err(Stop::DeliveredWithoutOffset {
+                topic: destination_topic.to_string(),
+                partition: p.partition,
+                expected: p.expected_dst,
+            });
+        }
         self.cursor.delivered(p.expected_dst, actual).map_err(|m| {
             if m.actual < m.expected {
                 Stop::LandedBelow {
@@ -384,6 +392,10 @@ mod tests {
             ("an empty record landed", empty_record(10, Ok(10)), Ok(Confirmed::Record), 11),
             ("landed one too far: another writer", delivery(10, Ok(11), 5), Err(StopReason::ForeignWrite), 10),
             ("landed too early: the destination lost records", delivery(10, Ok(9), 5), Err(StopReason::DestinationTruncated), 10),
+            // librdkafka reports -1001 for a delivery whose offset it did not learn (e.g. a
+            // retried batch the broker already had): written, but not where is unproven.
+            ("delivered without an offset: unproven, retried", delivery(10, Ok(-1001), 5), Err(StopReason::Error), 10),
+            ("a placeholder delivered without an offset", delivery(10, Ok(-1), 0), Err(StopReason::Error), 10),
             ("too large for the destination", delivery(10, failed(C::MessageSizeTooLarge), 5), Err(StopReason::RecordRefused), 10),
             ("a timestamp the destination refuses", delivery(10, failed(C::InvalidTimestamp), 5), Err(StopReason::RecordRefused), 10),
             ("a record the destination cannot validate", delivery(10, failed(C::InvalidRecord), 5), Err(StopReason::RecordRefused), 10),

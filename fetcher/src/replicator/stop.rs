@@ -378,6 +378,21 @@ pub enum Stop {
         /// Where copying resumes.
         resume_source: i64,
     },
+    /// The destination confirmed a record without saying at which offset (librdkafka reports
+    /// -1001, e.g. for a retried batch the broker already had). Where it landed is unproven: the
+    /// next start checks the destination's last record against its source record.
+    #[error(
+        "destination {topic}[{partition}] confirmed the record expected at offset {expected} \
+         without its offset; restarting from the destination log end to check it"
+    )]
+    DeliveredWithoutOffset {
+        /// The destination topic.
+        topic: String,
+        /// The partition.
+        partition: i32,
+        /// The offset the record had to get.
+        expected: i64,
+    },
     /// A delivered record landed below the offset it had to get: the destination lost records.
     #[error(
         "destination {topic}[{partition}]: a record expected at offset {expected} landed at \
@@ -491,6 +506,7 @@ impl Stop {
             Stop::Produce { .. } => StopReason::Error,
             Stop::Delivery { .. } => StopReason::Error,
             Stop::Unconfirmed { .. } => StopReason::Error,
+            Stop::DeliveredWithoutOffset { .. } => StopReason::Error,
             Stop::DeleteRecords { .. } => StopReason::Error,
             Stop::DeletePlaceholders { .. } => StopReason::Error,
             Stop::OffsetMapOrder { .. } => StopReason::Error,
@@ -527,6 +543,7 @@ impl Stop {
         match self {
             Stop::Delivery { .. }
             | Stop::Unconfirmed { .. }
+            | Stop::DeliveredWithoutOffset { .. }
             | Stop::DeliveryRefused { .. }
             | Stop::LandedBelow { .. }
             | Stop::LeaseExpired { .. } => true,
@@ -614,6 +631,8 @@ mod tests {
              R::Error, &["writing to orders[0] failed"]),
             (Stop::Unconfirmed { count: 12, timeout: Duration::from_secs(17) },
              R::Error, &["12 records still unconfirmed", "17s"]),
+            (Stop::DeliveredWithoutOffset { topic: t(), partition: 0, expected: 14679 },
+             R::Error, &["orders[0] confirmed the record expected at offset 14679 without its offset"]),
             (Stop::DeleteRecords { topic: t(), partition: 0, offset: 300, source: kafka() },
              R::Error, &["placeholders of orders[0] below offset 300"]),
             (Stop::UnownedPartition { what: "delivery for", partition: 9 },
@@ -697,6 +716,7 @@ mod tests {
                 stop,
                 Stop::Delivery { .. }
                     | Stop::Unconfirmed { .. }
+                    | Stop::DeliveredWithoutOffset { .. }
                     | Stop::DeliveryRefused { .. }
                     | Stop::LandedBelow { .. }
                     | Stop::LeaseExpired { .. }
