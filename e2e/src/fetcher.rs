@@ -78,6 +78,12 @@ impl FetcherProcess {
     /// Starts a fetcher with the given arguments (the caller supplies topic, partitions, and
     /// the cluster arguments, e.g. from [`source_args`] and [`destination_args`]).
     pub fn spawn(args: &[String]) -> FetcherProcess {
+        FetcherProcess::spawn_with_env(args, &[])
+    }
+
+    /// [`FetcherProcess::spawn`] with extra environment variables (e.g. the `KMIRROR_*` twins of
+    /// flags, which an older build ignores instead of refusing).
+    pub fn spawn_with_env(args: &[String], env: &[(&str, &str)]) -> FetcherProcess {
         let log = std::env::temp_dir().join(format!("{}.log", unique_name("fetcher")));
         let file = std::fs::File::create(&log).expect("fetcher log file");
         let mut defaults = vec!["--position-interval-seconds", "0.5"];
@@ -93,6 +99,7 @@ impl FetcherProcess {
                 std::env::var("KMIRROR_E2E_FETCHER_LOG")
                     .unwrap_or_else(|_| "info,librdkafka=warn".into()),
             )
+            .envs(env.iter().copied())
             .stdout(Stdio::from(file.try_clone().expect("log handle")))
             .stderr(Stdio::from(file))
             .spawn()

@@ -289,3 +289,111 @@ async fn leader_moves_under_load_lose_duplicate_and_stall_nothing() {
         );
     }
 }
+
+/// Both followers of the destination partition freeze: with min.insync.replicas=2 the leader
+/// can confirm nothing, and librdkafka retries in silence until message.timeout.ms (5 minutes).
+/// The fetcher must not sit there looking healthy: once records stayed unconfirmed for its stall
+/// timeout it stops with a reason that says so, and a restart after the thaw copies on at the
+/// same offsets without duplicates.
+#[tokio::test]
+async fn frozen_destination_followers_stop_the_fetcher_with_a_reason_not_a_silent_stall() {
+    let _x = faults::exclusive();
+    let bed = faults::replicated();
+    let dest = bed.r_dest_config(DestUser::Admin);
+    ensure_state_topic_on(&dest);
+    let topic = topic_pair(bed, "stall", 1, 100).await;
+    let mirror = format!("e2e/{topic}");
+    let args = fetcher_args(bed, &mirror, &topic, "0");
+    let env = [("KMIRROR_STALL_TIMEOUT_SECONDS", "10")];
+    let mut fetcher = FetcherProcess::spawn_with_env(&args, &env);
+    wait_until("the first 100 records copied", WAIT, || {
+        dest_end(bed, &topic, 0) == 100
+    });
+    let before = faults::wait_offsets(
+        Cluster::RDestination,
+        &topic,
+        0,
+        WAIT,
+        "a full ISR",
+        fully_in_sync,
+    )
+    .expect("destination in sync");
+    let followers = before.in_sync_followers();
+    assert_eq!(followers.len(), 2, "{before:?}");
+    for f in &followers {
+        faults::sigstop_broker(&Cluster::RDestination.broker(*f)).expect("freeze follower");
+    }
+    produce_all(
+        &bed.r_source_config(),
+        &topic,
+        &values("during", 50, 1),
+        &[],
+    )
+    .expect("produce");
+    // 10 s without a confirmation, plus the time to notice and stop; far below the 5 minutes
+    // librdkafka would wait.
+    let frozen = std::time::Instant::now();
+    let deadline = frozen + Duration::from_secs(60);
+    let exited = loop {
+        match fetcher.exited() {
+            Some(code) => break Some(code),
+            None if std::time::Instant::now() > deadline => break None,
+            None => std::thread::sleep(Duration::from_millis(200)),
+        }
+    };
+    let log = fetcher.log_text();
+    for f in &followers {
+        faults::sigcont_broker(&Cluster::RDestination.broker(*f)).expect("thaw follower");
+    }
+    if exited.is_none() {
+        fetcher.kill();
+    }
+    assert_eq!(
+        exited,
+        Some(Some(1)),
+        "the fetcher did not stop within 60 s of a stalled destination (a silent stall):\n{log}"
+    );
+    let said = log
+        .lines()
+        .rfind(|l| l.contains("none confirmed by the destination for"))
+        .unwrap_or_else(|| panic!("no stall reason in the log:\n{log}"));
+    eprintln!("stopped {:?} after the freeze: {said}", frozen.elapsed());
+    faults::wait_offsets(
+        Cluster::RDestination,
+        &topic,
+        0,
+        WAIT,
+        "a full ISR again",
+        fully_in_sync,
+    )
+    .expect("destination in sync again");
+    // A new start resumes from the destination log end: everything once, at the same offsets.
+    let mut fetcher = FetcherProcess::spawn(&args);
+    wait_until("catch-up after the thaw", WAIT, || {
+        dest_end(bed, &topic, 0) == 150
+    });
+    fetcher.signal("TERM");
+    assert_eq!(fetcher.wait(Duration::from_secs(30)), Some(0));
+    let map = recorded_on(&dest, &mirror, &topic, 0)
+        .offset_map()
+        .expect("map");
+    let report = verify_partition(
+        &Side {
+            config: bed.r_source_config(),
+            topic: topic.clone(),
+        },
+        &Side {
+            config: dest.clone(),
+            topic: topic.clone(),
+        },
+        0,
+        &map,
+        Isolation::ReadCommitted,
+        Duration::from_secs(300),
+    )
+    .expect("verify");
+    assert!(
+        report.is_clean() && report.offsets_identical && report.trailing == 0,
+        "{report:?}"
+    );
+}

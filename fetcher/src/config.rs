@@ -67,6 +67,9 @@ pub struct FetcherConfig {
     pub metadata_refresh: Duration,
     /// Bound on the clean shutdown after SIGTERM.
     pub shutdown_timeout: Duration,
+    /// How long records may stay in flight with no delivery report before the run stops as
+    /// stalled (warned at a quarter of it).
+    pub stall_timeout: Duration,
     /// How long the destination log end must stay unchanged before resuming (lets requests of a
     /// previous incarnation drain).
     pub startup_settle: Duration,
@@ -129,6 +132,7 @@ impl FetcherConfig {
             on_source_truncation: TruncationPolicy::default(),
             position_interval: Duration::from_secs(2),
             metadata_refresh: Duration::from_secs(30),
+            stall_timeout: Duration::from_secs(120),
             shutdown_timeout: Duration::from_secs(20),
             startup_settle: Duration::from_millis(1000),
             writer: None,

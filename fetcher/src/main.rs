@@ -79,6 +79,10 @@ struct Args {
     /// Seconds between source identity checks.
     #[arg(long, default_value_t = 30.0)]
     metadata_refresh_seconds: f64,
+    /// Seconds records may stay in flight with no confirmation from the destination before the
+    /// fetcher stops as stalled (a warning at a quarter of it).
+    #[arg(long, env = "KMIRROR_STALL_TIMEOUT_SECONDS", default_value_t = 120.0)]
+    stall_timeout_seconds: f64,
     /// Bound on the clean shutdown after SIGTERM, seconds.
     #[arg(long, env = "KMIRROR_SHUTDOWN_TIMEOUT_SECONDS", default_value_t = 20.0)]
     shutdown_timeout_seconds: f64,
@@ -148,6 +152,7 @@ fn config(args: &Args) -> anyhow::Result<FetcherConfig> {
     };
     c.position_interval = Duration::from_secs_f64(args.position_interval_seconds);
     c.metadata_refresh = Duration::from_secs_f64(args.metadata_refresh_seconds);
+    c.stall_timeout = Duration::from_secs_f64(args.stall_timeout_seconds);
     c.shutdown_timeout = Duration::from_secs_f64(args.shutdown_timeout_seconds);
     c.startup_settle = Duration::from_secs_f64(args.startup_settle_seconds);
     c.writer = args

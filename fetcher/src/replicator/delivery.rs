@@ -15,6 +15,7 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext, Pur
 
 use super::limits::DestinationLimits;
 use super::stop::Stop;
+use super::watchdog::{Watch, Watchdog};
 use super::{Fetcher, Handles, Unit};
 
 /// One produced record awaiting its delivery report.
@@ -39,10 +40,20 @@ pub(super) struct Delivery {
     pub result: Result<i64, KafkaError>,
 }
 
-/// Collects delivery reports; the loop drains them.
-#[derive(Default)]
+/// Collects delivery reports; the loop drains them and the watchdog watches their pace.
 pub(super) struct DeliveryContext {
     deliveries: Mutex<Vec<Delivery>>,
+    watchdog: Mutex<Watchdog>,
+}
+
+impl DeliveryContext {
+    /// A context whose watchdog calls `stall_after` without a delivery report a stall.
+    pub(super) fn new(stall_after: Duration) -> DeliveryContext {
+        DeliveryContext {
+            deliveries: Mutex::default(),
+            watchdog: Mutex::new(Watchdog::new(stall_after)),
+        }
+    }
 }
 
 impl ClientContext for DeliveryContext {}
@@ -191,6 +202,27 @@ pub(super) fn drain(
             .lock()
             .unwrap_or_else(|p| p.into_inner()),
     );
+    let watch = producer
+        .context()
+        .watchdog
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .observe(Instant::now(), producer.in_flight_count(), deliveries.len());
+    match watch {
+        Watch::Fine => {}
+        Watch::Warn { in_flight, waited } => tracing::warn!(
+            in_flight,
+            "{in_flight} records in flight, none confirmed by the destination for {}s",
+            waited.as_secs()
+        ),
+        Watch::Stalled { in_flight, waited } => {
+            return Err(Stop::Stalled {
+                topic: target.topic.to_string(),
+                in_flight,
+                seconds: waited.as_secs(),
+            });
+        }
+    }
     let metrics = &handles.metrics;
     let mut consequence: Option<Stop> = None;
     for delivery in deliveries {

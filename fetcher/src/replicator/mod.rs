@@ -42,6 +42,7 @@ mod source_check;
 mod start_plan;
 mod startup;
 mod stop;
+mod watchdog;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -126,7 +126,7 @@ impl<'a> Fetcher<'a> {
                 })?;
         let producer: Arc<BaseProducer<DeliveryContext>> = Arc::new(
             producer_config(config, &limits)?
-                .create_with_context(DeliveryContext::default())
+                .create_with_context(DeliveryContext::new(config.stall_timeout))
                 .map_err(|source| Stop::CreateClient {
                     client: "destination producer",
                     source,

@@ -203,6 +203,20 @@ pub enum Stop {
         /// How long was waited.
         timeout: Duration,
     },
+    /// Records stayed in flight with no delivery report for the stall timeout.
+    #[error(
+        "{in_flight} records in flight to {topic}, none confirmed by the destination for \
+         {seconds}s (brokers frozen, below min.insync.replicas, or unreachable); stopped, a \
+         restart resumes from the destination log end"
+    )]
+    Stalled {
+        /// The destination topic.
+        topic: String,
+        /// Records the producer still held.
+        in_flight: i32,
+        /// How long none was confirmed.
+        seconds: u64,
+    },
     /// Deleting the prefix-alignment placeholders failed.
     #[error("deleting the placeholders of {topic}[{partition}] below offset {offset}: {source}")]
     DeleteRecords {
@@ -507,6 +521,7 @@ impl Stop {
             Stop::Delivery { .. } => StopReason::Error,
             Stop::Unconfirmed { .. } => StopReason::Error,
             Stop::DeliveredWithoutOffset { .. } => StopReason::Error,
+            Stop::Stalled { .. } => StopReason::Error,
             Stop::DeleteRecords { .. } => StopReason::Error,
             Stop::DeletePlaceholders { .. } => StopReason::Error,
             Stop::OffsetMapOrder { .. } => StopReason::Error,
@@ -544,6 +559,7 @@ impl Stop {
             Stop::Delivery { .. }
             | Stop::Unconfirmed { .. }
             | Stop::DeliveredWithoutOffset { .. }
+            | Stop::Stalled { .. }
             | Stop::DeliveryRefused { .. }
             | Stop::LandedBelow { .. }
             | Stop::LeaseExpired { .. } => true,
@@ -633,6 +649,8 @@ mod tests {
              R::Error, &["12 records still unconfirmed", "17s"]),
             (Stop::DeliveredWithoutOffset { topic: t(), partition: 0, expected: 14679 },
              R::Error, &["orders[0] confirmed the record expected at offset 14679 without its offset"]),
+            (Stop::Stalled { topic: t(), in_flight: 7, seconds: 120 },
+             R::Error, &["7 records in flight to orders", "none confirmed by the destination for 120s"]),
             (Stop::DeleteRecords { topic: t(), partition: 0, offset: 300, source: kafka() },
              R::Error, &["placeholders of orders[0] below offset 300"]),
             (Stop::UnownedPartition { what: "delivery for", partition: 9 },
@@ -717,6 +735,7 @@ mod tests {
                 Stop::Delivery { .. }
                     | Stop::Unconfirmed { .. }
                     | Stop::DeliveredWithoutOffset { .. }
+                    | Stop::Stalled { .. }
                     | Stop::DeliveryRefused { .. }
                     | Stop::LandedBelow { .. }
                     | Stop::LeaseExpired { .. }
