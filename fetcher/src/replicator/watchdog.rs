@@ -59,11 +59,14 @@ impl Watchdog {
 mod tests {
     use super::*;
 
+    /// A look at the producer: (second, records in flight, reports since the last look).
+    type Look = (u64, i32, usize);
+
     #[test]
     fn stalls_only_when_records_wait_without_any_report() {
         let s = |n| Duration::from_secs(n);
         #[rustfmt::skip]
-        let table: Vec<(&str, Vec<(u64, i32, usize)>, Watch)> = vec![
+        let table: Vec<(&str, Vec<Look>, Watch)> = vec![
             // name, looks (second, in flight, reports) → the last verdict
             ("idle: nothing in flight", vec![(0, 0, 0), (500, 0, 0)], Watch::Fine),
             ("reports keep coming", vec![(0, 5, 0), (100, 5, 1), (200, 5, 1)], Watch::Fine),
