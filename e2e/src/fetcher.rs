@@ -25,7 +25,15 @@ pub fn target_dir() -> PathBuf {
 }
 
 /// Path of a workspace binary, built (once per test process) if needed.
+/// `KMIRROR_E2E_BIN_DIR` runs the tests against the binaries of another build found there (e.g.
+/// the code before a fix, to see a test fail on it); the others come from this build.
 pub fn binary(name: &str) -> PathBuf {
+    if let Some(other) = std::env::var_os("KMIRROR_E2E_BIN_DIR")
+        .map(|d| PathBuf::from(d).join(name))
+        .filter(|p| p.is_file())
+    {
+        return other;
+    }
     static BUILT: OnceLock<()> = OnceLock::new();
     BUILT.get_or_init(|| {
         let status = crate::testbed::cargo()

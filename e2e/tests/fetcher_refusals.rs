@@ -719,3 +719,54 @@ async fn the_verifier_fails_on_trailing_duplicates() {
     assert!(stdout.contains(r#""trailing":5"#), "{stdout}");
     assert_eq!(out.status.code(), Some(1), "{stdout}");
 }
+
+/// A destination topic someone created with `message.timestamp.type=LogAppendTime` replaces
+/// every copied timestamp: the verifier names that cause (and counts it) instead of a bare
+/// "content differs", and fails.
+#[tokio::test]
+async fn the_verifier_names_a_destination_that_replaces_timestamps() {
+    let bed = Testbed::get();
+    ensure_state_topic(bed);
+    let source = bed.source_config();
+    let dest = bed.dest_config(DestUser::Admin);
+    let topic = unique_name("ts-type");
+    create_topic(&source, &topic, 1, &[]).await.unwrap();
+    create_topic(
+        &dest,
+        &topic,
+        1,
+        &[("message.timestamp.type", "LogAppendTime")],
+    )
+    .await
+    .unwrap();
+    // Timestamps an hour old: the broker's append time cannot equal them.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let old: Vec<(Vec<u8>, i64)> = (0..10)
+        .map(|i| (format!("v{i}").into_bytes(), now - 3_600_000 + i))
+        .collect();
+    kmirror_e2e::kafka::produce_with_timestamps(&source, &topic, &old);
+    let mirror = format!("e2e/{topic}");
+    let mut fetcher = FetcherProcess::spawn(&fetcher_args(bed, &mirror, &topic, "0"));
+    wait_until("catch-up", Duration::from_secs(60), || {
+        caught_up(bed, &mirror, &topic, 1)
+    });
+    fetcher.signal("TERM");
+    assert_eq!(fetcher.wait(Duration::from_secs(30)), Some(0));
+    let out = std::process::Command::new(binary("kmirror-verify"))
+        .args(["--mirror", &mirror, "--source-topic", &topic])
+        .args(source_args(bed))
+        .args(destination_args(bed))
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run kmirror-verify");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains(r#""timestampTypeDiffers":10"#),
+        "the verifier does not name the timestamp type: {stdout}"
+    );
+    assert!(stdout.contains("LogAppendTime"), "{stdout}");
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+}
