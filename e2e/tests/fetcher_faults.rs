@@ -397,3 +397,84 @@ async fn frozen_destination_followers_stop_the_fetcher_with_a_reason_not_a_silen
         "{report:?}"
     );
 }
+
+/// A destination follower freezes while in the ISR, so the leader's high watermark stays behind
+/// its log end; the fetcher dies with records between them and a new one starts at once. The
+/// new one must settle on the log end every in-sync replica holds, not on the stale high
+/// watermark: starting there would re-send records the leader already holds, which land above
+/// their offsets (a foreign write, the partition lost) or as duplicates.
+#[tokio::test]
+async fn a_restart_while_the_high_watermark_trails_resumes_at_the_log_end_without_duplicates() {
+    let _x = faults::exclusive();
+    let bed = faults::replicated();
+    let dest = bed.r_dest_config(DestUser::Admin);
+    ensure_state_topic_on(&dest);
+    let topic = topic_pair(bed, "hw-trails", 1, 100).await;
+    let mirror = format!("e2e/{topic}");
+    let args = fetcher_args(bed, &mirror, &topic, "0");
+    let mut first = FetcherProcess::spawn(&args);
+    wait_until("the first 100 records copied", WAIT, || {
+        dest_end(bed, &topic, 0) == 100
+    });
+    faults::wait_offsets(
+        Cluster::RDestination,
+        &topic,
+        0,
+        WAIT,
+        "a full ISR",
+        fully_in_sync,
+    )
+    .expect("destination in sync");
+    let said = faults::freeze_follower(Cluster::RDestination, &topic, 0).expect("freeze");
+    eprintln!("{}", said.lines().last().unwrap_or_default());
+    produce_all(&bed.r_source_config(), &topic, &values("trail", 30, 1), &[]).expect("produce");
+    // The leader holds the 30 copies; the frozen follower keeps the high watermark at 100 until
+    // the controller fences it (broker.session.timeout.ms, 9 s on the bed).
+    let trailing = faults::wait_offsets(
+        Cluster::RDestination,
+        &topic,
+        0,
+        Duration::from_secs(5),
+        "the copies on the leader, above the high watermark",
+        |o| o.leader_leo() == Some(130),
+    )
+    .expect("leader log end");
+    first.kill();
+    let mut second = FetcherProcess::spawn(&args);
+    eprintln!(
+        "restarted with high watermark {:?} and leader log end 130",
+        trailing.hw
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    faults::thaw().expect("thaw");
+    produce_all(&bed.r_source_config(), &topic, &values("after", 20, 1), &[]).expect("produce");
+    wait_until("catch-up after the thaw", WAIT, || {
+        second.exited().is_some() || dest_end(bed, &topic, 0) >= 150
+    });
+    assert_eq!(second.exited(), None, "{}", second.log_text());
+    second.signal("TERM");
+    assert_eq!(second.wait(Duration::from_secs(30)), Some(0));
+    assert_eq!(dest_end(bed, &topic, 0), 150);
+    let map = recorded_on(&dest, &mirror, &topic, 0)
+        .offset_map()
+        .expect("map");
+    let report = verify_partition(
+        &Side {
+            config: bed.r_source_config(),
+            topic: topic.clone(),
+        },
+        &Side {
+            config: dest.clone(),
+            topic: topic.clone(),
+        },
+        0,
+        &map,
+        Isolation::ReadCommitted,
+        Duration::from_secs(300),
+    )
+    .expect("verify");
+    assert!(
+        report.is_clean() && report.offsets_identical && report.trailing == 0,
+        "{report:?}"
+    );
+}
