@@ -35,11 +35,11 @@ pub fn free_port() -> u16 {
 impl OperatorProcess {
     /// Starts an operator watching `namespace`, with extra arguments.
     pub fn spawn(bed: &Testbed, namespace: &str, extra: &[&str]) -> OperatorProcess {
-        let _ = binary("kmirror-fetcher");
+        let operator = binary("kmirror-operator");
         let log = std::env::temp_dir().join(format!("{}.log", unique_name("operator")));
         let file = std::fs::File::create(&log).expect("operator log");
         let http = format!("127.0.0.1:{}", free_port());
-        let child = Command::new(crate::fetcher::target_dir().join("debug/kmirror-operator"))
+        let child = Command::new(operator)
             .args([
                 "--namespace",
                 namespace,

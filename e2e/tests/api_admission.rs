@@ -290,6 +290,55 @@ async fn forbidden_updates_are_refused_and_allowed_ones_pass() {
     patch(json!({"state": "Mirroring"}))
         .await
         .expect("Stopped -> Mirroring");
+
+    // A ClusterMirror keeps the destination cluster, its state topic and what it reverses: the
+    // state records, fetchers and topics all hang on them. Credentials and tuning may change.
+    let mirrors = api(&client, &ns, "ClusterMirror");
+    create(&mirrors, mirror("m", valid_mirror_spec()))
+        .await
+        .expect("a valid ClusterMirror is accepted");
+    let patch_mirror = |spec: Value| {
+        let mirrors = mirrors.clone();
+        async move {
+            mirrors
+                .patch(
+                    "m",
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"spec": spec})),
+                )
+                .await
+        }
+    };
+    let refused: Vec<(&str, Value, &str)> = vec![
+        (
+            "another destination cluster",
+            json!({"destination": {"bootstrapServers": "127.0.0.1:29192"}}),
+            "spec.destination.bootstrapServers is immutable",
+        ),
+        (
+            "another state topic",
+            json!({"stateTopic": "__other_state"}),
+            "spec.stateTopic is immutable",
+        ),
+        (
+            "reversing a mirror later",
+            json!({"reverseOf": "ns/dr"}),
+            "spec.reverseOf is immutable",
+        ),
+    ];
+    for (case, spec, expected) in refused {
+        let message = rejection(patch_mirror(spec).await, case);
+        assert!(
+            message.contains(expected),
+            "{case}: message {message:?} lacks {expected:?}"
+        );
+    }
+    patch_mirror(json!({"destination": {"sasl": {"password": {"name": "creds-2", "key": "pw"}}}}))
+        .await
+        .expect("rotating the destination credentials");
+    patch_mirror(json!({"fetcher": {"partitionsPerPod": 4}}))
+        .await
+        .expect("tuning the fetchers");
     namespace::delete(&client, &ns).await;
 }
 

@@ -13,6 +13,7 @@ use kmirror_e2e::operator::{
     OperatorProcess, Scenario, all_partitions, condition, pods_per_partition,
 };
 use kmirror_fetcher::Isolation;
+use kube::{Api, ResourceExt};
 use serde_json::json;
 
 fn verify_all(bed: &Testbed, ns: &str, mirror: &str, topic: &str, partitions: i32) -> u64 {
@@ -666,5 +667,105 @@ async fn secret_rotation_replaces_fetchers_and_deletion_cleans_up() {
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     assert!(s.pods().await.is_empty());
+    s.cleanup().await;
+}
+
+/// Two MirrorTopics of one mirror name the same source topic (the second with another
+/// destination topic). They would share the state records and both run fetchers; the second is
+/// refused (Stalled, SourceTopicTaken, an Event), runs no fetcher and creates no topic, and
+/// deleting it leaves the owner's records and mirroring alone.
+#[tokio::test]
+async fn a_second_topic_of_one_source_topic_is_refused_and_its_deletion_keeps_the_owners_state() {
+    use kmirror_e2e::fetcher::recorded;
+    let bed = Testbed::get();
+    ensure_state_topic(bed);
+    let s = Scenario::new(bed, "op-owner").await;
+    let m = mirrored_topic(
+        bed,
+        &s,
+        "first",
+        400,
+        93,
+        Scenario::mirror_spec(bed),
+        Duration::from_secs(90),
+    )
+    .await;
+    let copy = unique_name("second-copy");
+    s.apply_topic(
+        "second",
+        json!({"mirror": "dr", "sourceTopic": m.topic, "destinationTopic": copy}),
+    )
+    .await;
+    let refused = s
+        .wait_topic("second", "refused", Duration::from_secs(60), |t| {
+            t.status
+                .as_ref()
+                .and_then(|st| condition(&st.conditions, "Stalled"))
+                .is_some_and(|c| c.0 == "True" && c.1 == "SourceTopicTaken")
+        })
+        .await;
+    let (_, _, message) =
+        condition(&refused.status.unwrap().conditions, "Ready").expect("a Ready condition");
+    assert!(
+        message.contains("already mirrored by MirrorTopic first"),
+        "{message}"
+    );
+    let events = s.events("second").await;
+    assert!(
+        events
+            .iter()
+            .any(|(reason, _)| reason == "SourceTopicTaken"),
+        "{events:?}"
+    );
+    // Some seconds later: still no fetcher and no destination topic for the second.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let label = "kmirror.io/mirror-topic";
+    let theirs: Vec<String> = s
+        .pods()
+        .await
+        .into_iter()
+        .filter(|p| p.labels().get(label).is_some_and(|v| v == "second"))
+        .map(|p| p.name_any())
+        .collect();
+    assert!(
+        theirs.is_empty(),
+        "fetchers of the refused topic: {theirs:?}"
+    );
+    assert!(
+        watermarks(&bed.dest_config(DestUser::Admin), &copy, 0).is_err(),
+        "the refused topic created {copy}"
+    );
+    // Deleting the refused topic keeps the owner's records; the owner mirrors on.
+    Api::<MirrorTopic>::namespaced(s.client.clone(), &s.ns)
+        .delete("second", &Default::default())
+        .await
+        .expect("delete the second topic");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while s.topic("second").await.is_some() {
+        assert!(Instant::now() < deadline, "the second topic is not gone");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let mirror = format!("{}/dr", s.ns);
+    for p in 0..2 {
+        let r = recorded(bed, &mirror, &m.topic, p);
+        assert!(
+            r.state.is_some() && r.position.is_some(),
+            "partition {p}: the owner's records are gone: {r:?}"
+        );
+    }
+    produce_all(
+        &bed.source_config(),
+        &m.topic,
+        &mixed_records(100, 2, 0, 94),
+        &[],
+    )
+    .unwrap();
+    wait_caught_up(bed, &m.topic, 2).await;
+    let t = s.topic("first").await.expect("the owner");
+    assert!(
+        all_partitions(&t, PartitionState::Mirroring, 2),
+        "{:?}",
+        t.status
+    );
     s.cleanup().await;
 }

@@ -80,9 +80,23 @@ pub const DEFAULT_CONFIG_EXCLUDES: &[&str] = &[
     )
 )]
 #[serde(rename_all = "camelCase")]
-#[x_kube(validation = kube::core::Rule::new("self.source.bootstrapServers != self.destination.bootstrapServers")
-    .message("source and destination must be different clusters")
-    .reason(kube::core::Reason::FieldValueInvalid))]
+#[x_kube(
+    validation = kube::core::Rule::new("self.source.bootstrapServers != self.destination.bootstrapServers")
+        .message("source and destination must be different clusters")
+        .reason(kube::core::Reason::FieldValueInvalid),
+    validation = kube::core::Rule::new("self.destination.bootstrapServers == oldSelf.destination.bootstrapServers")
+        .message("spec.destination.bootstrapServers is immutable: the mirror's topics, state and fetchers live on that cluster; create a new ClusterMirror for another one (credentials and TLS settings may change)")
+        .field_path(".destination.bootstrapServers")
+        .reason(kube::core::Reason::FieldValueForbidden),
+    validation = kube::core::Rule::new("self.stateTopic == oldSelf.stateTopic")
+        .message("spec.stateTopic is immutable: the mirror's positions, offset maps and failover records are in it")
+        .field_path(".stateTopic")
+        .reason(kube::core::Reason::FieldValueForbidden),
+    validation = kube::core::Rule::new("has(self.reverseOf) == has(oldSelf.reverseOf) && (!has(self.reverseOf) || self.reverseOf == oldSelf.reverseOf)")
+        .message("spec.reverseOf is immutable: a failback mirror is created as one (kubectl mirror failback)")
+        .field_path(".reverseOf")
+        .reason(kube::core::Reason::FieldValueForbidden),
+)]
 pub struct ClusterMirrorSpec {
     /// The cluster to copy from (Kafka 2.1 or later).
     pub source: KafkaConnection,

@@ -8,6 +8,7 @@ use kmirror_state::records::{PartitionRecords, RecordKind, StateKey};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams};
 
+use super::claim::{Claim, claim};
 use crate::context::{Context, Note};
 use crate::error::{Error, Result};
 use crate::pods::{LABEL_MIRROR_TOPIC, label_value};
@@ -45,31 +46,44 @@ pub fn forgotten(
     keys
 }
 
+/// Deletes the fetcher pods of a `MirrorTopic`; how many were still there (0: none left).
+pub async fn stop_fetchers(ctx: &Context, mt: &MirrorTopic) -> Result<usize> {
+    let ns = mt.namespace().unwrap_or_default();
+    let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let pods = pods_api
+        .list(&ListParams::default().labels(&format!(
+            "{LABEL_MIRROR_TOPIC}={}",
+            label_value(&mt.name_any())
+        )))
+        .await
+        .map_err(Error::ListPods)?;
+    for pod in pods
+        .items
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+    {
+        let _ = pods_api
+            .delete(&pod.name_any(), &DeleteParams::default())
+            .await;
+    }
+    Ok(pods.items.len())
+}
+
 /// Cleans up after a deleted `MirrorTopic`.
 pub async fn cleanup(mt: &MirrorTopic, ctx: &Context) -> Result<Cleanup> {
     let ns = mt.namespace().unwrap_or_default();
     let name = mt.name_any();
-    let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-    let pods = pods_api
-        .list(
-            &ListParams::default().labels(&format!("{LABEL_MIRROR_TOPIC}={}", label_value(&name))),
-        )
-        .await
-        .map_err(Error::ListPods)?;
-    if !pods.items.is_empty() {
-        for pod in pods
-            .items
-            .iter()
-            .filter(|p| p.metadata.deletion_timestamp.is_none())
-        {
-            let _ = pods_api
-                .delete(&pod.name_any(), &DeleteParams::default())
-                .await;
-        }
+    let running = stop_fetchers(ctx, mt).await?;
+    if running > 0 {
         return Ok(Cleanup::Waiting(format!(
-            "{} fetcher pod(s) of {name} to stop",
-            pods.items.len()
+            "{running} fetcher pod(s) of {name} to stop"
         )));
+    }
+    // A topic refused because another one owns its source topic has no records of its own:
+    // those under its keys are the owner's.
+    if let Claim::TakenBy(owner) = claim(mt, &super::peers(ctx, &ns).await?) {
+        tracing::info!(%name, %owner, "the source topic's records belong to its owner; kept");
+        return Ok(Cleanup::Done);
     }
     // A deleted topic has no FAILED partitions to alert on.
     ctx.metrics

@@ -5,6 +5,7 @@
 //! [`execute`](execute::execute) (writes: transitions first, then what acts on them, then the
 //! status).
 
+pub mod claim;
 pub mod cleanup;
 pub mod events;
 pub mod execute;
@@ -23,11 +24,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kmirror_crds::v1alpha1::{ClusterMirror, MirrorTopic};
 use kube::ResourceExt;
+use kube::api::{Api, ListParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 
 use crate::context::{Context, Note};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::reconcile::Cleanup;
 use crate::scope::{MirrorScope, Resolved};
 use status::{Report, topic_status};
@@ -38,6 +40,9 @@ pub use observe::ANNOTATION_RETRY;
 
 /// How soon to look again while the state topic is still being read.
 const LOADING_REQUEUE: Duration = Duration::from_secs(2);
+
+/// How soon a topic refused for a taken source topic looks again.
+const TAKEN_REQUEUE: Duration = Duration::from_secs(30);
 
 /// Reconciles one `MirrorTopic` (entry point for the controller).
 pub async fn reconcile(mt: Arc<MirrorTopic>, ctx: Arc<Context>) -> Result<Action> {
@@ -84,8 +89,12 @@ async fn apply(mt: Arc<MirrorTopic>, ctx: Arc<Context>) -> Result<Action> {
         report_problem(&ctx, &mt, "InvalidSpec", &message).await?;
         return Ok(Action::await_change());
     }
-    // Dereference: the mirror, both clusters, the state topic.
     let ns = mt.namespace().unwrap_or_default();
+    // One owner per source topic: a second MirrorTopic of it runs nothing.
+    if let claim::Claim::TakenBy(owner) = claim::claim(&mt, &peers(&ctx, &ns).await?) {
+        return refuse_taken(&ctx, &mt, &owner).await;
+    }
+    // Dereference: the mirror, both clusters, the state topic.
     let scope = match MirrorScope::resolve(&ctx, &ns, &mt.spec.mirror).await? {
         Resolved::Ready(scope) => scope,
         Resolved::Loading => return Ok(Action::requeue(LOADING_REQUEUE)),
@@ -110,6 +119,30 @@ async fn apply(mt: Arc<MirrorTopic>, ctx: Arc<Context>) -> Result<Action> {
     );
     let requeue = execute::execute(&ctx, &scope, &mt, plan).await?;
     Ok(Action::requeue(requeue))
+}
+
+/// The namespace's `MirrorTopic`s.
+pub(crate) async fn peers(ctx: &Context, ns: &str) -> Result<Vec<MirrorTopic>> {
+    let api: Api<MirrorTopic> = Api::namespaced(ctx.client.clone(), ns);
+    Ok(api
+        .list(&ListParams::default())
+        .await
+        .map_err(Error::ListMirrorTopics)?
+        .items)
+}
+
+/// A topic whose source topic another `MirrorTopic` owns: its fetchers stop (if it had any), and
+/// its status and a Warning Event name the owner. Looked at again every 30 s (the owner may go).
+async fn refuse_taken(ctx: &Context, mt: &MirrorTopic, owner: &str) -> Result<Action> {
+    let message = claim::taken_message(mt, owner);
+    ctx.publish(
+        mt,
+        &Note::warning("SourceTopicTaken", "Validate", message.clone()),
+    )
+    .await;
+    cleanup::stop_fetchers(ctx, mt).await?;
+    report_problem(ctx, mt, "SourceTopicTaken", &message).await?;
+    Ok(Action::requeue(TAKEN_REQUEUE))
 }
 
 /// The `ClusterMirror` a `MirrorTopic` belongs to, as an object reference for watches.

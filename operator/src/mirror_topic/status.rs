@@ -142,7 +142,7 @@ pub fn partition_status(
 }
 
 /// Condition reasons that mean the topic cannot be mirrored until a person changes something.
-const NEEDS_A_PERSON: [&str; 2] = ["InvalidSpec", "InvalidMirror"];
+const NEEDS_A_PERSON: [&str; 3] = ["InvalidSpec", "InvalidMirror", "SourceTopicTaken"];
 
 /// One partition that FAILED, in one line: "partition 3 FAILED (RecordRefused), last mirrored
 /// offset 41: <why and the fix>".
