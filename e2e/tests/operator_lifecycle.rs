@@ -137,6 +137,13 @@ async fn six_partitions_mirror_at_identical_offsets_with_pods_and_status() {
         t.status.as_ref().unwrap().phase.as_deref(),
         Some("Mirroring")
     );
+    // The source reports topic IDs: the status shows it.
+    let id = t.status.as_ref().unwrap().source_topic_id.clone();
+    assert!(
+        id.as_deref()
+            .is_some_and(|id| !id.is_empty() && id.trim_start_matches('A').len() > 2),
+        "status.sourceTopicId {id:?}"
+    );
     // The destination topic got the source's partitions and configs.
     let dest = bed.dest_config(DestUser::Admin);
     assert!(

@@ -468,6 +468,12 @@ pub fn plan(o: &Observation, spec: &Spec<'_>) -> Plan {
     if let Some(after) = lease_wait {
         requeue = requeue.min(after);
     }
+    report.source_topic_id = match &o.source {
+        SourceTopic::Described {
+            topic_id: Some(id), ..
+        } => Some(id.clone()),
+        _ => o.recorded_topic_id().map(str::to_string),
+    };
     report.problem = match &o.source {
         SourceTopic::Unreachable(e) => Some(("SourceUnreachable".to_string(), e.clone())),
         SourceTopic::Missing if partitions.is_empty() => Some((

@@ -1353,3 +1353,31 @@ fn plans_are_pure() {
         );
     }
 }
+
+#[test]
+fn the_status_shows_the_source_topic_id() {
+    #[rustfmt::skip]
+    let table: Vec<(&str, Src, Option<&str>)> = vec![
+        // name, source now → status.sourceTopicId
+        ("described", Src::Present(1), Some("T1")),
+        ("recreated: the new ID (the partition goes FAILED)", Src::Recreated(1), Some("T2")),
+        ("source down: the ID the fetchers recorded", Src::Down, Some("T1")),
+    ];
+    for (name, source, expect) in table {
+        let g = Given {
+            source,
+            parts: vec![part(0, Mirroring).at(10, 10)],
+            ..Default::default()
+        };
+        let (mt, cm) = objects(&g);
+        let o = observation(&g, &mt, &cm);
+        let spec = Spec {
+            topic: &mt,
+            mirror: &cm,
+            fetcher_image: IMAGE,
+            secrets_version: SECRETS,
+        };
+        let status = plan(&o, &spec).status;
+        assert_eq!(status.source_topic_id.as_deref(), expect, "{name}");
+    }
+}

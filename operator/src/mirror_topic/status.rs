@@ -25,6 +25,9 @@ pub struct Report {
     pub notes: Vec<String>,
     /// Why the topic cannot be mirrored now: (condition reason, message).
     pub problem: Option<(String, String)>,
+    /// The source topic's ID, as described now or as the fetchers recorded it (none: keep the
+    /// one shown).
+    pub source_topic_id: Option<String>,
 }
 
 impl Report {
@@ -294,7 +297,10 @@ pub fn topic_status(mt: &MirrorTopic, report: Report, now: &Time) -> MirrorTopic
             phase(&report.partitions)
         }),
         conditions,
-        source_topic_id: None,
+        source_topic_id: report
+            .source_topic_id
+            .clone()
+            .or(old.source_topic_id.clone()),
         destination_topic: Some(mt.destination_topic().to_string()),
         partitions_summary: Some(format!("{mirroring}/{}", report.partitions.len())),
         max_lag: report.partitions.iter().filter_map(|p| p.lag).max(),
