@@ -404,6 +404,12 @@ async fn failover_patches_exactly_the_selected_topics() {
     scenario("kmp-failover", |s| async move {
         three_topics(&s).await;
         let ns = s.ns.as_str();
+        // A failover mode configured in the spec stays unless a flag asks for another.
+        s.apply_topic(
+            "dr-orders",
+            json!({"mirror": "dr", "sourceTopic": "orders", "failover": {"mode": "Immediate"}}),
+        )
+        .await;
 
         // By source topic and by object name.
         let run = mirror_cmd(
@@ -417,10 +423,16 @@ async fn failover_patches_exactly_the_selected_topics() {
                 .contains("mirrortopic.kmirror.io/dr-orders patched"),
             "{run:#?}"
         );
-        for name in ["dr-orders", "pay"] {
+        for (name, mode) in [
+            ("dr-orders", FailoverMode::Immediate),
+            ("pay", FailoverMode::Graceful),
+        ] {
             let t = topic(&s, name).await;
             assert_eq!(t.spec.state, DesiredState::Stopped, "{name}");
-            assert_eq!(t.spec.failover.mode, FailoverMode::Graceful, "{name}");
+            assert_eq!(
+                t.spec.failover.mode, mode,
+                "{name} keeps its configured mode"
+            );
             assert_eq!(
                 t.spec.failover.drain_timeout, "5m",
                 "{name} keeps its drain timeout"
@@ -453,6 +465,14 @@ async fn failover_patches_exactly_the_selected_topics() {
             assert_eq!(t.spec.state, DesiredState::Stopped, "{name}");
             assert_eq!(t.spec.failover.mode, FailoverMode::Immediate, "{name}");
         }
+        mirror_cmd(ns, &["failover", "dr", "--topic", "pay", "--graceful"])
+            .await
+            .ok();
+        assert_eq!(
+            topic(&s, "pay").await.spec.failover.mode,
+            FailoverMode::Graceful,
+            "--graceful asks for it"
+        );
         assert_eq!(
             topic(&s, "other-orders").await.spec.state,
             DesiredState::Mirroring

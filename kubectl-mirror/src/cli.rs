@@ -120,10 +120,10 @@ pub enum Command {
     Status(StatusArgs),
     /// Fail topics over: set spec.state Stopped so their destination becomes writable.
     #[command(
-        long_about = "Fail topics over: set spec.state Stopped (and spec.failover.mode) on \
-        the selected MirrorTopics of MIRROR. Graceful mode drains to zero lag first; use \
-        --immediate when the source is gone. With --wait, follows the partitions until every \
-        one is STOPPED and prints the last mirrored offset of each."
+        long_about = "Fail topics over: set spec.state Stopped on the selected MirrorTopics \
+        of MIRROR, each in its spec.failover.mode (default Graceful: drains to zero lag first). \
+        --immediate (the source is gone) or --graceful sets the mode too. With --wait, follows \
+        the partitions until every one is STOPPED and prints the last mirrored offset of each."
     )]
     Failover(FailoverArgs),
     /// Create the reverse mirror that copies failed-over topics back.
@@ -281,9 +281,13 @@ pub struct FailoverArgs {
     /// Topics to fail over.
     #[command(flatten)]
     pub selection: Selection,
-    /// Stop at once instead of draining to zero lag first (the source is gone).
-    #[arg(long)]
+    /// Stop at once instead of draining to zero lag first (the source is gone). Without
+    /// --immediate or --graceful each topic keeps its spec.failover.mode (default Graceful).
+    #[arg(long, conflicts_with = "graceful")]
     pub immediate: bool,
+    /// Drain to zero lag first, whatever spec.failover.mode says.
+    #[arg(long)]
+    pub graceful: bool,
     /// Dry run or print the patch instead of applying it.
     #[command(flatten)]
     pub change: ChangeArgs,
@@ -435,7 +439,11 @@ mod tests {
             panic!("failover expected")
         };
         assert_eq!(f.selection.topics, ["a", "b"]);
-        assert!(f.immediate && f.wait && !f.selection.all);
+        assert!(f.immediate && !f.graceful && f.wait && !f.selection.all);
+        assert!(
+            parse(&["failover", "dr", "--all", "--immediate", "--graceful"]).is_err(),
+            "one mode at a time"
+        );
         assert_eq!(f.timeout, Duration::from_secs(90));
         assert_eq!(
             parse(&["failover", "dr", "--all", "--timeout", "soon"])

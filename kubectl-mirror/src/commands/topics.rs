@@ -118,17 +118,27 @@ fn describe_object(t: &MirrorTopic) -> String {
 /// `failover`: `spec.state: Stopped` with the failover mode, then optionally follow.
 pub async fn failover(kube: &Kube, args: &FailoverArgs) -> Result<()> {
     let topics = selected(kube, &args.mirror, wanted(&args.selection)).await?;
-    let mode = if args.immediate {
-        FailoverMode::Immediate
-    } else {
-        FailoverMode::Graceful
+    // A mode configured in the spec stays unless a flag asks for one.
+    let mode = match (args.immediate, args.graceful) {
+        (true, _) => Some(FailoverMode::Immediate),
+        (_, true) => Some(FailoverMode::Graceful),
+        _ => None,
     };
-    let patch = json!({"spec": {"state": "Stopped", "failover": {"mode": mode}}});
+    let (patch, what) = match mode {
+        Some(mode) => (
+            json!({"spec": {"state": "Stopped", "failover": {"mode": mode}}}),
+            format!("state Stopped, failover mode {mode:?}"),
+        ),
+        None => (
+            json!({"spec": {"state": "Stopped"}}),
+            "state Stopped, failover mode as configured".to_string(),
+        ),
+    };
     let patched = patch_each(
         kube,
         &topics,
         &patch,
-        &format!("state Stopped, failover mode {mode:?}"),
+        &what,
         &["spec", "state"],
         &args.change,
     )
