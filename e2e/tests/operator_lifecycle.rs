@@ -776,3 +776,75 @@ async fn a_second_topic_of_one_source_topic_is_refused_and_its_deletion_keeps_th
     );
     s.cleanup().await;
 }
+
+/// A topic created Paused waits in PAUSED without passing through MIRRORING (no fetcher ever
+/// runs, nothing is copied); resuming it mirrors everything.
+#[tokio::test]
+async fn a_topic_created_paused_never_mirrors_until_resumed() {
+    let bed = Testbed::get();
+    ensure_state_topic(bed);
+    let s = Scenario::new(bed, "op-born-paused").await;
+    let topic = unique_name("born-paused");
+    create_topic(&bed.source_config(), &topic, 2, &[])
+        .await
+        .unwrap();
+    produce_all(
+        &bed.source_config(),
+        &topic,
+        &mixed_records(200, 2, 0, 95),
+        &[],
+    )
+    .unwrap();
+    let _op = OperatorProcess::spawn(bed, &s.ns, &[]);
+    s.apply_mirror("dr", Scenario::mirror_spec(bed)).await;
+    s.apply_topic(
+        "t",
+        json!({"mirror": "dr", "sourceTopic": topic, "state": "Paused"}),
+    )
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let mut seen = std::collections::BTreeSet::new();
+    loop {
+        let t = s.topic("t").await.expect("the topic");
+        for p in t.status.iter().flat_map(|st| st.partitions.iter()) {
+            seen.insert(p.state.as_str());
+        }
+        assert!(
+            !seen.contains("MIRRORING"),
+            "a topic created Paused went through MIRRORING: {seen:?}"
+        );
+        assert!(
+            s.pods().await.is_empty(),
+            "a fetcher pod for a Paused topic"
+        );
+        if all_partitions(&t, PartitionState::Paused, 2) {
+            // Status writes are at most one a second, so a passing MIRRORING can escape the
+            // loop above; the state epoch counts every transition: PREPARING (1), PAUSED (2).
+            for p in &t.status.as_ref().unwrap().partitions {
+                assert_eq!(
+                    p.state_epoch, 2,
+                    "partition {}: PAUSED after {} transitions, not UNKNOWN → PREPARING → PAUSED",
+                    p.partition, p.state_epoch
+                );
+            }
+            break;
+        }
+        assert!(Instant::now() < deadline, "not PAUSED: {:?}", t.status);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let dest = bed.dest_config(DestUser::Admin);
+    for p in 0..2 {
+        assert_eq!(
+            watermarks(&dest, &topic, p).map(|w| w.1).unwrap_or(0),
+            0,
+            "partition {p} copied while Paused"
+        );
+    }
+    s.patch_topic("t", json!({"state": "Mirroring"})).await;
+    s.wait_topic("t", "MIRRORING", Duration::from_secs(90), |t| {
+        all_partitions(t, PartitionState::Mirroring, 2)
+    })
+    .await;
+    wait_caught_up(bed, &topic, 2).await;
+    s.cleanup().await;
+}

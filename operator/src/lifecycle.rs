@@ -198,9 +198,10 @@ pub fn settled_state(desired: DesiredState) -> PartitionState {
 }
 
 /// Whether a partition in `state` passes the failback gate before it mirrors: it is PREPARING
-/// and not being failed over.
+/// and asked to mirror (not failed over, not paused: a pause waits in PAUSED and passes the gate
+/// when it resumes).
 pub fn awaits_failback(state: PartitionState, desired: DesiredState) -> bool {
-    state == PartitionState::Preparing && desired != DesiredState::Stopped
+    state == PartitionState::Preparing && desired == DesiredState::Mirroring
 }
 
 /// Whether a partition may enter STOPPING in this reconcile (so the source log end, the drain
@@ -250,6 +251,9 @@ pub fn decide(o: &Observed<'_>) -> Decision {
     let mut d = Decision::default();
     match state {
         Unknown => d.transition = go(Preparing, None, 0),
+        Preparing if o.desired == DesiredState::Paused => {
+            d.transition = go(Paused, None, attempt);
+        }
         Preparing if !awaits_failback(state, o.desired) => {
             d.transition = go(Stopping, None, attempt);
         }
@@ -464,6 +468,21 @@ mod tests {
     }
 
     #[test]
+    fn a_topic_created_paused_never_mirrors() {
+        let mut o = observed(None);
+        o.desired = DesiredState::Paused;
+        assert_eq!(to(&decide(&o)), Some(Preparing));
+        let r = record(Preparing, 0, 0);
+        let mut o = observed(Some(&r));
+        o.desired = DesiredState::Paused;
+        // Not even past the failback gate: resuming later goes through PREPARING and the gate.
+        o.failback = FailbackGate::Wait("checking".into());
+        let d = decide(&o);
+        assert_eq!(to(&d), Some(Paused), "PREPARING → PAUSED directly");
+        assert!(!d.run_fetcher);
+    }
+
+    #[test]
     fn graceful_failover_drains_then_finishes() {
         let r = record(Mirroring, 0, 0);
         let mut o = observed(Some(&r));
@@ -660,7 +679,8 @@ mod tests {
             "failing over again passes no gate"
         );
         assert!(!awaits_failback(Preparing, DesiredState::Stopped));
-        assert!(awaits_failback(Preparing, DesiredState::Paused));
+        assert!(!awaits_failback(Preparing, DesiredState::Paused));
+        assert!(awaits_failback(Preparing, DesiredState::Mirroring));
     }
 
     #[test]

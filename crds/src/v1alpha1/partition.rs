@@ -85,7 +85,8 @@ impl PartitionState {
             Unknown => false,
             Preparing => matches!(self, Unknown | Stopped | Failed | Paused),
             Mirroring => self == Preparing,
-            Paused => self == Mirroring,
+            // A topic created (or retried) paused waits in PAUSED without mirroring first.
+            Paused => matches!(self, Mirroring | Preparing),
             // Failover must stay possible from FAILED (e.g. the source is broken for good).
             Stopping => matches!(self, Preparing | Mirroring | Paused | Failed),
             Stopped => self == Stopping,
@@ -179,6 +180,7 @@ mod tests {
             (Unknown, Preparing),
             (Preparing, Mirroring),
             (Mirroring, Paused),
+            (Preparing, Paused),
             (Paused, Preparing),
             (Mirroring, Stopping),
             (Paused, Stopping),
@@ -197,6 +199,7 @@ mod tests {
             (Unknown, Mirroring),
             (Stopped, Mirroring),
             (Stopped, Paused),
+            (Unknown, Paused),
             (Mirroring, Stopped),
             (Paused, Mirroring),
             (Failed, Mirroring),
