@@ -124,6 +124,36 @@ fn dest_values(bed: &Testbed, topic: &str) -> Vec<(i64, String)> {
     .collect()
 }
 
+/// Every record of partitions `0..partitions` once on the destination, at its source offset,
+/// nothing after the copy of the last one (verified through the recorded offset map).
+fn assert_exact_copy(bed: &Testbed, mirror: &str, topic: &str, partitions: i32) {
+    let dest = bed.r_dest_config(DestUser::Admin);
+    for p in 0..partitions {
+        let map = recorded_on(&dest, mirror, topic, p)
+            .offset_map()
+            .expect("map");
+        let report = verify_partition(
+            &Side {
+                config: bed.r_source_config(),
+                topic: topic.to_string(),
+            },
+            &Side {
+                config: dest.clone(),
+                topic: topic.to_string(),
+            },
+            p,
+            &map,
+            Isolation::ReadCommitted,
+            Duration::from_secs(300),
+        )
+        .expect("verify");
+        assert!(
+            report.is_clean() && report.offsets_identical && report.trailing == 0,
+            "partition {p}: {report:?}"
+        );
+    }
+}
+
 fn assert_diverged(bed: &Testbed, mirror: &str, topic: &str) {
     let (reason, message) = recorded_error(bed, mirror, topic);
     assert_eq!(reason, "sourceDiverged", "{message}");
@@ -264,30 +294,7 @@ async fn leader_moves_under_load_lose_duplicate_and_stall_nothing() {
     });
     fetcher.signal("TERM");
     assert_eq!(fetcher.wait(Duration::from_secs(30)), Some(0));
-    for p in 0..3 {
-        let map = recorded_on(&dest, &mirror, &topic, p)
-            .offset_map()
-            .expect("map");
-        let report = verify_partition(
-            &Side {
-                config: source.clone(),
-                topic: topic.clone(),
-            },
-            &Side {
-                config: dest.clone(),
-                topic: topic.clone(),
-            },
-            p,
-            &map,
-            Isolation::ReadCommitted,
-            Duration::from_secs(300),
-        )
-        .expect("verify");
-        assert!(
-            report.is_clean() && report.offsets_identical && report.trailing == 0,
-            "partition {p}: {report:?}"
-        );
-    }
+    assert_exact_copy(bed, &mirror, &topic, 3);
 }
 
 /// Both followers of the destination partition freeze: with min.insync.replicas=2 the leader
@@ -374,28 +381,7 @@ async fn frozen_destination_followers_stop_the_fetcher_with_a_reason_not_a_silen
     });
     fetcher.signal("TERM");
     assert_eq!(fetcher.wait(Duration::from_secs(30)), Some(0));
-    let map = recorded_on(&dest, &mirror, &topic, 0)
-        .offset_map()
-        .expect("map");
-    let report = verify_partition(
-        &Side {
-            config: bed.r_source_config(),
-            topic: topic.clone(),
-        },
-        &Side {
-            config: dest.clone(),
-            topic: topic.clone(),
-        },
-        0,
-        &map,
-        Isolation::ReadCommitted,
-        Duration::from_secs(300),
-    )
-    .expect("verify");
-    assert!(
-        report.is_clean() && report.offsets_identical && report.trailing == 0,
-        "{report:?}"
-    );
+    assert_exact_copy(bed, &mirror, &topic, 1);
 }
 
 /// A destination follower freezes while in the ISR, so the leader's high watermark stays behind
@@ -455,26 +441,5 @@ async fn a_restart_while_the_high_watermark_trails_resumes_at_the_log_end_withou
     second.signal("TERM");
     assert_eq!(second.wait(Duration::from_secs(30)), Some(0));
     assert_eq!(dest_end(bed, &topic, 0), 150);
-    let map = recorded_on(&dest, &mirror, &topic, 0)
-        .offset_map()
-        .expect("map");
-    let report = verify_partition(
-        &Side {
-            config: bed.r_source_config(),
-            topic: topic.clone(),
-        },
-        &Side {
-            config: dest.clone(),
-            topic: topic.clone(),
-        },
-        0,
-        &map,
-        Isolation::ReadCommitted,
-        Duration::from_secs(300),
-    )
-    .expect("verify");
-    assert!(
-        report.is_clean() && report.offsets_identical && report.trailing == 0,
-        "{report:?}"
-    );
+    assert_exact_copy(bed, &mirror, &topic, 1);
 }
