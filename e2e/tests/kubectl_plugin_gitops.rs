@@ -189,7 +189,7 @@ async fn gitops_managed_topics_are_warned_about_and_print_patch_changes_nothing(
             [
                 json!({"apiVersion": "kmirror.io/v1alpha1", "kind": "MirrorTopic",
                     "metadata": {"name": "dr-orders", "namespace": ns},
-                    "spec": {"state": "Stopped", "failover": {"mode": "Graceful"}}})
+                    "spec": {"state": "Stopped"}})
             ],
             "{}",
             run.stdout
