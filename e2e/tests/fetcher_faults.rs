@@ -443,3 +443,118 @@ async fn a_restart_while_the_high_watermark_trails_resumes_at_the_log_end_withou
     assert_eq!(dest_end(bed, &topic, 0), 150);
     assert_exact_copy(bed, &mirror, &topic, 1);
 }
+
+/// The source partition's leader hangs (SIGSTOP: its connections stay open, it answers nothing);
+/// the controller fences it and another replica leads and takes new records, while the
+/// fetcher's reads and watermark queries still wait on the hung broker. The fetcher must never
+/// report the partition caught up while the source holds records it has not read (the status
+/// would call a mirror that copies nothing healthy), and must not wait in silence: within the
+/// stall timeout (20 s here) plus a margin it has read on, or it stops with a reason and a new
+/// start copies the rest — everything once, at its own offset.
+#[tokio::test]
+async fn a_hung_source_leader_never_looks_caught_up_and_is_not_a_silent_stall() {
+    let _x = faults::exclusive();
+    let bed = faults::replicated();
+    let dest = bed.r_dest_config(DestUser::Admin);
+    ensure_state_topic_on(&dest);
+    let topic = topic_pair(bed, "src-hung", 1, 100).await;
+    let mirror = format!("e2e/{topic}");
+    let args = fetcher_args(bed, &mirror, &topic, "0");
+    let env = [("KMIRROR_STALL_TIMEOUT_SECONDS", "20")];
+    let mut fetcher = FetcherProcess::spawn_with_env(&args, &env);
+    wait_until("the first 100 records copied", WAIT, || {
+        dest_end(bed, &topic, 0) == 100
+    });
+    let before = faults::wait_offsets(
+        Cluster::RSource,
+        &topic,
+        0,
+        WAIT,
+        "a full ISR",
+        fully_in_sync,
+    )
+    .expect("source in sync");
+    let hung = Cluster::RSource.broker(before.leader);
+    faults::sigstop_broker(&hung).expect("freeze the source leader");
+    let frozen = std::time::Instant::now();
+    // The test's own producer gives up on the hung broker after 10 s and finds the new leader.
+    let produced = produce_all(
+        &bed.r_source_config(),
+        &topic,
+        &values("after", 200, 1),
+        &[("socket.timeout.ms", "10000")],
+    );
+    let produced_at = std::time::Instant::now();
+    eprintln!(
+        "200 records on the new leader {:?} after the freeze",
+        frozen.elapsed()
+    );
+    // What the fetcher reports from then on, until it has read everything or stopped.
+    let mut false_claims = Vec::new();
+    let mut outcome = None;
+    while produced.is_ok() && produced_at.elapsed() < Duration::from_secs(50) {
+        if let Some(code) = fetcher.exited() {
+            outcome = Some(format!("exited {code:?}"));
+            break;
+        }
+        if dest_end(bed, &topic, 0) == 300 {
+            outcome = Some("read on".into());
+            break;
+        }
+        if produced_at.elapsed() > Duration::from_secs(3)
+            && let Some(p) = recorded_on(&dest, &mirror, &topic, 0).position
+        {
+            let read = p.source_position.unwrap_or(p.next_source_offset);
+            if p.error.is_none() && p.source_high_watermark.is_some_and(|hw| hw <= read) {
+                false_claims.push(format!(
+                    "{:.0}s after the records: lag 0 at offset {read} (high watermark {:?})",
+                    produced_at.elapsed().as_secs_f64(),
+                    p.source_high_watermark
+                ));
+            }
+        }
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    let log = fetcher.log_text();
+    faults::sigcont_broker(&hung).expect("thaw the source leader");
+    produced.expect("produce while the leader hangs");
+    if outcome.is_none() {
+        fetcher.kill();
+    }
+    assert!(
+        false_claims.is_empty(),
+        "the fetcher reported caught up while the source held 300 records:\n{}\n{log}",
+        false_claims.join("\n")
+    );
+    let outcome = outcome.unwrap_or_else(|| {
+        panic!("50 s after the new records the fetcher had neither read them nor stopped (a silent stall):\n{log}")
+    });
+    eprintln!("outcome: {outcome}");
+    if outcome.starts_with("exited") {
+        assert_eq!(outcome, "exited Some(1)", "{log}");
+        let said = log
+            .lines()
+            .rfind(|l| l.contains("nothing read from"))
+            .unwrap_or_else(|| panic!("no stall reason in the log:\n{log}"));
+        eprintln!("stopped: {said}");
+        let mut again = FetcherProcess::spawn(&args);
+        wait_until("the rest copied by a new start", WAIT, || {
+            dest_end(bed, &topic, 0) == 300
+        });
+        again.signal("TERM");
+        assert_eq!(again.wait(Duration::from_secs(30)), Some(0));
+    } else {
+        fetcher.signal("TERM");
+        assert_eq!(fetcher.wait(Duration::from_secs(30)), Some(0));
+    }
+    faults::wait_offsets(
+        Cluster::RSource,
+        &topic,
+        0,
+        WAIT,
+        "a full ISR again",
+        fully_in_sync,
+    )
+    .expect("source in sync again");
+    assert_exact_copy(bed, &mirror, &topic, 1);
+}

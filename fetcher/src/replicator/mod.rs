@@ -174,6 +174,8 @@ struct Unit {
     data_loss: Option<DataLossRecord>,
     /// Since when the source's high watermark has stayed below the next offset.
     beyond_end_since: Option<Instant>,
+    /// Whether reading from the source moves (made at the first lag refresh).
+    source_watch: Option<watchdog::SourceWatch>,
 }
 
 impl Unit {
@@ -202,6 +204,7 @@ impl Unit {
             position_dirty: true,
             data_loss: None,
             beyond_end_since: None,
+            source_watch: None,
         }
     }
 }

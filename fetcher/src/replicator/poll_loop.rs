@@ -22,8 +22,9 @@ use super::position::persist_map;
 use super::source_check::{Finding, Known, SourceLog, judge};
 use super::start_plan::{check_cluster_id, check_topic_id, skip_source_gap};
 use super::stop::Stop;
+use super::watchdog::{SourceStall, SourceWatch};
 use super::{ADMIN_TIMEOUT, Fetcher, Handles, Unit};
-use crate::config::{FetcherConfig, TruncationPolicy};
+use crate::config::{FetcherConfig, Isolation, TruncationPolicy};
 use crate::cursor::Accept;
 use crate::metrics::FetcherMetrics;
 use crate::throttle::Throttle;
@@ -231,7 +232,7 @@ impl Fetcher<'_> {
     pub(super) fn mirror(&mut self) -> Result<(), Stop> {
         let mut last_position = Instant::now();
         let mut last_refresh = Instant::now();
-        let _ = self.refresh_lag();
+        self.refresh_lag()?;
         while !self.handles.shutdown.load(Ordering::Relaxed) {
             self.handles.health.beat();
             self.check_lease()?;
@@ -239,7 +240,7 @@ impl Fetcher<'_> {
             self.producer.poll(Duration::ZERO);
             self.drain_deliveries()?;
             if last_position.elapsed() >= self.config.position_interval {
-                let log_starts = self.refresh_lag();
+                let log_starts = self.refresh_lag()?;
                 self.prune_maps(&log_starts)?;
                 self.persist_positions(FetcherStatus::Running, None)?;
                 last_position = Instant::now();
@@ -475,8 +476,9 @@ impl Fetcher<'_> {
 
     /// Updates each partition's source position, high watermark and lag (metrics and the next
     /// position record). Returns the source log starts it read.
-    fn refresh_lag(&mut self) -> BTreeMap<i32, i64> {
+    fn refresh_lag(&mut self) -> Result<BTreeMap<i32, i64>, Stop> {
         let mut log_starts = BTreeMap::new();
+        let mut stalled = None;
         let metrics = &self.handles.metrics;
         let positions: BTreeMap<i32, i64> = self
             .consumer
@@ -503,16 +505,42 @@ impl Fetcher<'_> {
                 unit.source_position = next;
                 unit.position_dirty = true;
             }
-            if let Ok((low, high)) = self.consumer.fetch_watermarks(
+            let high = match self.consumer.fetch_watermarks(
                 &self.config.source_topic,
                 *p,
                 Duration::from_secs(5),
             ) {
-                log_starts.insert(*p, low);
-                if unit.high_watermark != Some(high) {
-                    unit.position_dirty = true;
+                Ok((low, high)) => {
+                    log_starts.insert(*p, low);
+                    Some(high)
                 }
-                unit.high_watermark = Some(high);
+                Err(e) => {
+                    tracing::debug!(partition = p, error = %e, "no source watermarks");
+                    None
+                }
+            };
+            // An unanswered query makes the high watermark (and so the lag) unknown: repeating
+            // the last one would call a partition caught up that the source has moved past.
+            if unit.high_watermark != high {
+                unit.position_dirty = true;
+            }
+            unit.high_watermark = high;
+            let watch = unit.source_watch.get_or_insert_with(|| {
+                SourceWatch::new(
+                    self.config.stall_timeout,
+                    self.config.isolation == Isolation::ReadUncommitted,
+                )
+            });
+            match watch.observe(Instant::now(), next, high) {
+                Some(SourceStall::Unread { high, waited, .. }) => {
+                    stalled.get_or_insert((*p, next, Some(high), waited));
+                }
+                Some(SourceStall::Unanswered { waited, .. }) => {
+                    stalled.get_or_insert((*p, next, None, waited));
+                }
+                None => {}
+            }
+            if let Some(high) = high {
                 let lag = (high - next).max(0);
                 metrics.lag_records.get_or_create(&unit.labels).set(lag);
                 let seconds = match (lag, unit.last_timestamp) {
@@ -531,6 +559,15 @@ impl Fetcher<'_> {
                 .get_or_create(&unit.labels)
                 .set(unit.cursor.last_mirrored_src);
         }
-        log_starts
+        match stalled {
+            Some((partition, next, high, waited)) => Err(Stop::SourceStalled {
+                topic: self.config.source_topic.clone(),
+                partition,
+                next,
+                high,
+                seconds: waited.as_secs(),
+            }),
+            None => Ok(log_starts),
+        }
     }
 }

@@ -217,6 +217,25 @@ pub enum Stop {
         /// How long none was confirmed.
         seconds: u64,
     },
+    /// A source partition held records the consumer did not read, or its leader answered no
+    /// watermark query, for the stall timeout, while nothing was read from it.
+    #[error(
+        "nothing read from {topic}[{partition}] after offset {next} for {seconds}s, {}; stopped, \
+         a restart reads on with new clients",
+        source_stall_why(*.high)
+    )]
+    SourceStalled {
+        /// The source topic.
+        topic: String,
+        /// The partition.
+        partition: i32,
+        /// The next source offset to read.
+        next: i64,
+        /// The source high watermark (None: no query was answered).
+        high: Option<i64>,
+        /// How long nothing was read.
+        seconds: u64,
+    },
     /// Deleting the prefix-alignment placeholders failed.
     #[error("deleting the placeholders of {topic}[{partition}] below offset {offset}: {source}")]
     DeleteRecords {
@@ -496,6 +515,18 @@ pub enum Stop {
     },
 }
 
+/// Why a source partition counts as stalled, for [`Stop::SourceStalled`].
+fn source_stall_why(high: Option<i64>) -> String {
+    match high {
+        Some(high) => {
+            format!("although the source holds records up to {high} (the source consumer is stuck)")
+        }
+        None => "and its source leader answers no watermark query (brokers down, hung or \
+                 unreachable)"
+            .to_string(),
+    }
+}
+
 impl Stop {
     /// The stop reason: the one place that decides what each failure means for the partition
     /// (exit code; retried by the operator or not). Every variant is listed: a new one must
@@ -522,6 +553,7 @@ impl Stop {
             Stop::Unconfirmed { .. } => StopReason::Error,
             Stop::DeliveredWithoutOffset { .. } => StopReason::Error,
             Stop::Stalled { .. } => StopReason::Error,
+            Stop::SourceStalled { .. } => StopReason::Error,
             Stop::DeleteRecords { .. } => StopReason::Error,
             Stop::DeletePlaceholders { .. } => StopReason::Error,
             Stop::OffsetMapOrder { .. } => StopReason::Error,
@@ -651,6 +683,11 @@ mod tests {
              R::Error, &["orders[0] confirmed the record expected at offset 14679 without its offset"]),
             (Stop::Stalled { topic: t(), in_flight: 7, seconds: 120 },
              R::Error, &["7 records in flight to orders", "none confirmed by the destination for 120s"]),
+            (Stop::SourceStalled { topic: t(), partition: 2, next: 1130, high: Some(1800), seconds: 120 },
+             R::Error, &["nothing read from orders[2] after offset 1130 for 120s",
+                         "the source holds records up to 1800", "a restart reads on"]),
+            (Stop::SourceStalled { topic: t(), partition: 2, next: 1130, high: None, seconds: 120 },
+             R::Error, &["nothing read from orders[2]", "answers no watermark query"]),
             (Stop::DeleteRecords { topic: t(), partition: 0, offset: 300, source: kafka() },
              R::Error, &["placeholders of orders[0] below offset 300"]),
             (Stop::UnownedPartition { what: "delivery for", partition: 9 },

@@ -1,7 +1,9 @@
-//! The stall watchdog: records in flight while the destination confirms none of them for too
-//! long is a stall, not patience. librdkafka retries retriable errors in silence until
-//! `message.timeout.ms` (5 minutes), and can stay stuck on stale metadata after a broker
-//! restart; the watchdog turns both into a warning and then a stop with a reason.
+//! The stall watchdogs: records in flight while the destination confirms none of them for too
+//! long is a stall, not patience, and so is a source partition that holds records the consumer
+//! does not read, or whose leader does not answer, while nothing moves. librdkafka retries
+//! retriable errors in silence (until `message.timeout.ms`, 5 minutes, on the producer; for ever
+//! on the consumer) and can stay stuck on stale metadata after brokers restart; the watchdogs
+//! turn that into a warning and then a stop with a reason, and a new start gets new clients.
 
 use std::time::{Duration, Instant};
 
@@ -55,9 +57,124 @@ impl Watchdog {
     }
 }
 
+/// What a look at one source partition found wrong, held for the whole stall timeout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum SourceStall {
+    /// The source holds records up to `high`, and nothing after `next` was read.
+    Unread {
+        next: i64,
+        high: i64,
+        waited: Duration,
+    },
+    /// No watermark query was answered, and nothing after `next` was read.
+    Unanswered { next: i64, waited: Duration },
+}
+
+/// Watches one source partition's progress against its high watermark.
+#[derive(Debug)]
+pub(super) struct SourceWatch {
+    stall_after: Duration,
+    /// Whether a high watermark above the next offset means records wait to be read (not with
+    /// `read_committed`: an open transaction holds the consumer below it, rightly).
+    judge_unread: bool,
+    /// The next source offset at the last look, and since when something has been wrong
+    /// without it moving.
+    last_next: Option<i64>,
+    since: Option<Instant>,
+}
+
+impl SourceWatch {
+    /// A watch calling `stall_after` without progress a stall.
+    pub(super) fn new(stall_after: Duration, judge_unread: bool) -> SourceWatch {
+        SourceWatch {
+            stall_after,
+            judge_unread,
+            last_next: None,
+            since: None,
+        }
+    }
+
+    /// Looks at the partition: `next` is the next source offset read (or skipped), `high` the
+    /// source high watermark just queried (None: the query was not answered).
+    pub(super) fn observe(
+        &mut self,
+        now: Instant,
+        next: i64,
+        high: Option<i64>,
+    ) -> Option<SourceStall> {
+        let moved = self.last_next != Some(next);
+        self.last_next = Some(next);
+        let wrong = match high {
+            None => true,
+            Some(h) => self.judge_unread && h > next,
+        };
+        if !wrong {
+            self.since = None;
+            return None;
+        }
+        if moved {
+            // Progress up to now: the wait starts here.
+            self.since = Some(now);
+            return None;
+        }
+        let waited = now.saturating_duration_since(*self.since.get_or_insert(now));
+        if waited < self.stall_after {
+            return None;
+        }
+        Some(match high {
+            Some(high) => SourceStall::Unread { next, high, waited },
+            None => SourceStall::Unanswered { next, waited },
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A look at a source partition: (second, next offset, high watermark).
+    type SourceLook = (u64, i64, Option<i64>);
+
+    #[test]
+    fn a_source_stalls_only_when_nothing_moves_while_records_wait_or_it_does_not_answer() {
+        let s = |n| Duration::from_secs(n);
+        #[rustfmt::skip]
+        let table: Vec<(&str, bool, Vec<SourceLook>, Option<SourceStall>)> = vec![
+            // name, judge unread, looks (second, next, high) → the last verdict
+            ("caught up for ever", true, vec![(0, 10, Some(10)), (500, 10, Some(10))], None),
+            ("behind but reading", true,
+             vec![(0, 10, Some(50)), (100, 20, Some(60)), (200, 30, Some(70))], None),
+            ("behind and nothing read for the whole timeout", true,
+             vec![(0, 10, Some(50)), (60, 10, Some(50)), (120, 10, Some(55))],
+             Some(SourceStall::Unread { next: 10, high: 55, waited: s(120) })),
+            ("behind, not yet the whole timeout", true,
+             vec![(0, 10, Some(50)), (119, 10, Some(50))], None),
+            ("records arrive after a long idle: the wait starts then", true,
+             vec![(0, 10, Some(10)), (1000, 10, Some(10)), (1001, 10, Some(12)), (1100, 10, Some(12))],
+             None),
+            ("read_committed: an open transaction is not a stall", false,
+             vec![(0, 10, Some(50)), (500, 10, Some(50))], None),
+            ("no answer while nothing moves", false,
+             vec![(0, 10, Some(10)), (1, 10, None), (121, 10, None)],
+             Some(SourceStall::Unanswered { next: 10, waited: s(120) })),
+            ("no answer but records still arrive", true,
+             vec![(0, 10, None), (100, 20, None), (200, 30, None)], None),
+            ("an answer in between restarts the wait", true,
+             vec![(0, 10, None), (100, 10, Some(10)), (101, 10, None), (220, 10, None)], None),
+            ("the first look already behind counts", true,
+             vec![(0, 10, Some(50)), (120, 10, Some(50))],
+             Some(SourceStall::Unread { next: 10, high: 50, waited: s(120) })),
+        ];
+        for (name, judge_unread, looks, expect) in table {
+            let t0 = Instant::now();
+            let mut w = SourceWatch::new(s(120), judge_unread);
+            let mut last = None;
+            for (at, next, high) in looks {
+                last = w.observe(t0 + s(at), next, high);
+            }
+            assert_eq!(last, expect, "{name}");
+        }
+    }
 
     /// A look at the producer: (second, records in flight, reports since the last look).
     type Look = (u64, i32, usize);
