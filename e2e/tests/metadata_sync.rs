@@ -381,8 +381,13 @@ async fn source_acls_become_read_only_destination_acls_and_deletions_follow() {
     s.cleanup().await;
 }
 
+/// A source topic that disappears is not a failover: a mistaken deletion, a wrong bootstrap
+/// address or a metadata glitch must not make the destination writable on its own. Seen missing
+/// on two looks at the same source cluster, the partition goes FAILED with the reason and the
+/// fix, the destination keeps its data and stays read-only (not STOPPED); the user fails over
+/// explicitly (spec.state: Stopped) and gets STOPPED with the last mirrored offset.
 #[tokio::test]
-async fn deleting_the_source_topic_stops_the_mirror_topic_with_a_reason() {
+async fn deleting_the_source_topic_fails_the_mirror_topic_read_only_until_a_failover() {
     let bed = Testbed::get();
     let (s, _op, topic) = mirrored(bed, "sync-delete", 1, &[]).await;
     produce_all(
@@ -399,31 +404,61 @@ async fn deleting_the_source_topic_stops_the_mirror_topic_with_a_reason() {
     .await;
     delete_topic(&bed.source_config(), &topic).await.unwrap();
     let t = s
-        .wait_topic("t", "STOPPED", Duration::from_secs(90), |t| {
-            all_partitions(t, PartitionState::Stopped, 1)
+        .wait_topic("t", "FAILED, not writable", Duration::from_secs(90), |t| {
+            let stopped = t.status.as_ref().is_some_and(|st| {
+                st.partitions
+                    .iter()
+                    .any(|p| matches!(p.state, PartitionState::Stopping | PartitionState::Stopped))
+            });
+            assert!(
+                !stopped,
+                "a missing source topic failed the topic over: {:?}",
+                t.status
+            );
+            all_partitions(t, PartitionState::Failed, 1)
         })
         .await;
     let status = t.status.unwrap();
     let p = &status.partitions[0];
     let reason = p.last_error.clone().unwrap_or_default();
     assert!(
-        reason.contains("deleted") || reason.contains("does not exist"),
-        "{p:?}"
-    );
-    assert_eq!(
-        p.last_mirrored_offset,
-        Some(99),
-        "the last mirrored offset is kept"
+        reason.contains("no longer exists") && reason.contains("spec.state: Stopped"),
+        "the reason names what happened and the fix: {p:?}"
     );
     assert_eq!(
         condition(&status.conditions, "Ready").map(|c| c.0),
         Some("False".to_string()),
-        "desired Mirroring, got STOPPED"
+        "desired Mirroring, got FAILED"
+    );
+    // It stays so: nothing promotes the destination but the user.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let later = s.topic("t").await.unwrap().status.unwrap();
+    assert_eq!(
+        later.partitions[0].state,
+        PartitionState::Failed,
+        "{later:?}"
     );
     assert_eq!(
         watermarks(&dest, &topic, 0).unwrap().1,
         100,
         "destination data kept"
+    );
+    // The user fails over: STOPPED, with the last mirrored offset.
+    s.apply_topic(
+        "t",
+        json!({"mirror": "dr", "sourceTopic": topic, "state": "Stopped"}),
+    )
+    .await;
+    let t = s
+        .wait_topic("t", "STOPPED", Duration::from_secs(90), |t| {
+            all_partitions(t, PartitionState::Stopped, 1)
+        })
+        .await;
+    let p = &t.status.unwrap().partitions[0];
+    assert_eq!(
+        p.last_mirrored_offset,
+        Some(99),
+        "the last mirrored offset is kept: {p:?}"
     );
     s.cleanup().await;
 }

@@ -99,6 +99,8 @@ pub struct Context {
     pub settings: Settings,
     /// When each mirror's metadata sync last ran.
     pub sync_clock: SyncClock,
+    /// Source topics found missing, until a second look confirms their deletion.
+    pub source_sightings: crate::source_gone::Sightings,
     status: StatusWriter,
     recorder: Recorder,
 }
@@ -120,6 +122,7 @@ impl Context {
             status: StatusWriter::new(settings.status_interval),
             settings,
             sync_clock: Default::default(),
+            source_sightings: Default::default(),
         }
     }
 

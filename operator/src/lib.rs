@@ -27,6 +27,7 @@ pub mod mirror_topic;
 pub mod pods;
 pub mod reconcile;
 pub mod scope;
+pub mod source_gone;
 pub mod state_cache;
 pub mod status;
 pub mod status_writer;

@@ -41,7 +41,9 @@ pub enum SourceObservation {
         /// Source log end of this partition.
         end: Option<i64>,
     },
-    /// The topic no longer exists.
+    /// The topic was found missing, not yet on a second look: it may be a glitch.
+    Missing,
+    /// The topic no longer exists: missing on two looks apart at the recorded source cluster.
     Deleted,
     /// The topic was deleted and recreated (its topic ID differs from the recorded one).
     Recreated,
@@ -118,6 +120,12 @@ pub struct Decision {
     /// Look again after this long.
     pub requeue_after: Option<Duration>,
 }
+
+/// The reason given when the source topic is gone for good: the destination is not promoted.
+pub const SOURCE_GONE: &str = "the source topic no longer exists (missing on two looks at the same source cluster); the destination keeps its records and stays read-only: set spec.state: Stopped to fail over and make it writable";
+
+/// How soon a partition whose source topic was found missing is looked at again.
+pub const MISSING_LOOK_AGAIN: Duration = Duration::from_secs(5);
 
 /// The reason given when the source topic changed identity.
 pub const RECREATED: &str = "the source topic was deleted and recreated (its topic ID changed); refusing to mix two topics in one destination";
@@ -206,22 +214,11 @@ pub fn awaits_failback(state: PartitionState, desired: DesiredState) -> bool {
 
 /// Whether a partition may enter STOPPING in this reconcile (so the source log end, the drain
 /// target of a graceful failover, is worth reading first). A superset of what [`decide`] does.
-pub fn may_enter_stopping(
-    state: PartitionState,
-    desired: DesiredState,
-    fetcher: &FetcherObservation,
-    source: SourceObservation,
-) -> bool {
+pub fn may_enter_stopping(state: PartitionState, desired: DesiredState) -> bool {
     use PartitionState::*;
     match state {
         Unknown | Stopping | Stopped => false,
-        Mirroring => {
-            desired == DesiredState::Stopped
-                || source == SourceObservation::Deleted
-                || matches!(fetcher, FetcherObservation::Exited { code: Some(c), .. }
-                    if StopReason::from_exit_code(*c) == Some(StopReason::SourceTopicDeleted))
-        }
-        Preparing | Paused | Failed => desired == DesiredState::Stopped,
+        Mirroring | Preparing | Paused | Failed => desired == DesiredState::Stopped,
     }
 }
 
@@ -230,7 +227,6 @@ pub fn may_enter_stopping(
 pub fn needs_source_end(
     recorded: Option<&PartitionStateRecord>,
     desired: DesiredState,
-    fetcher: &FetcherObservation,
     source: SourceObservation,
 ) -> bool {
     match recorded.map_or(PartitionState::Unknown, |r| r.state) {
@@ -238,7 +234,7 @@ pub fn needs_source_end(
             recorded.is_some_and(|r| r.drain_target.is_none())
                 && matches!(source, SourceObservation::Present { .. })
         }
-        state => may_enter_stopping(state, desired, fetcher, source),
+        state => may_enter_stopping(state, desired),
     }
 }
 
@@ -280,7 +276,13 @@ pub fn decide(o: &Observed<'_>) -> Decision {
                     let (reason, text) = exit_reason(*code, message, o.position);
                     d.remove_exited_pod = true;
                     if reason == StopReason::SourceTopicDeleted {
-                        d.transition = stop(Stopping, reason, text, attempt);
+                        // Never a failover on its own; FAILED for good once a second look
+                        // confirms the deletion, retried until then.
+                        d.transition = if o.source == SourceObservation::Deleted {
+                            stop(Failed, reason, SOURCE_GONE.into(), -1)
+                        } else {
+                            stop(Failed, reason, text, attempt.max(0) + 1)
+                        };
                     } else if reason.retryable() {
                         let stable = o.now_ms - since > STABLE_AFTER.as_millis() as i64;
                         let next = if stable { 1 } else { attempt.max(0) + 1 };
@@ -291,10 +293,19 @@ pub fn decide(o: &Observed<'_>) -> Decision {
                 }
                 _ => match o.source {
                     SourceObservation::Deleted => {
-                        d.transition = go(
-                            Stopping,
-                            Some("the source topic was deleted".into()),
-                            attempt,
+                        d.transition = stop(
+                            Failed,
+                            StopReason::SourceTopicDeleted,
+                            SOURCE_GONE.into(),
+                            -1,
+                        );
+                    }
+                    SourceObservation::Missing => {
+                        d.run_fetcher = true;
+                        d.requeue_after = Some(MISSING_LOOK_AGAIN);
+                        d.note = Some(
+                            "the source topic was not found; looking again before calling it deleted"
+                                .into(),
                         );
                     }
                     SourceObservation::Recreated => {
@@ -374,6 +385,14 @@ pub fn decide(o: &Observed<'_>) -> Decision {
                     reason: o.recorded.and_then(|r| r.reason),
                     retry_attempt: attempt,
                 });
+            } else if attempt >= 0 && o.source == SourceObservation::Deleted {
+                // Retrying cannot bring the topic back: wait for a person.
+                d.transition = stop(
+                    Failed,
+                    StopReason::SourceTopicDeleted,
+                    SOURCE_GONE.into(),
+                    -1,
+                );
             } else if attempt < 0 {
                 if o.retry_requested {
                     d.transition = go(Preparing, None, 0);
@@ -623,22 +642,51 @@ mod tests {
     }
 
     #[test]
-    fn source_topic_deletion_stops() {
-        let r = record(Mirroring, 0, 0);
-        let mut o = observed(Some(&r));
-        o.fetcher = FetcherObservation::Exited {
+    fn a_missing_source_topic_never_fails_over_on_its_own() {
+        let deleted_exit = FetcherObservation::Exited {
             code: Some(13),
-            message: None,
+            message: Some("the source topic orders no longer exists".into()),
         };
-        let t = decide(&o).transition.unwrap();
-        assert_eq!(t.to, Stopping);
-        let mut o = observed(Some(&r));
+        let running = FetcherObservation::Running { ready: true };
+        #[rustfmt::skip]
+        let table: Vec<(&str, PartitionState, i32, SourceObservation, FetcherObservation, Option<(PartitionState, i32)>)> = vec![
+            // name, state, attempt, source, fetcher → (to, retry attempt)
+            ("missing once: keeps mirroring, looks again", Mirroring, 0, SourceObservation::Missing, running.clone(), None),
+            ("confirmed deleted: FAILED for good, not STOPPING", Mirroring, 0, SourceObservation::Deleted, running.clone(), Some((Failed, -1))),
+            ("the fetcher saw it missing once: retried", Mirroring, 0, SourceObservation::Missing, deleted_exit.clone(), Some((Failed, 1))),
+            ("the fetcher saw it missing, confirmed: FAILED for good", Mirroring, 0, SourceObservation::Deleted, deleted_exit.clone(), Some((Failed, -1))),
+            ("a retry pending when the deletion is confirmed: FAILED for good", Failed, 2, SourceObservation::Deleted, FetcherObservation::Absent, Some((Failed, -1))),
+            ("FAILED for good stays", Failed, -1, SourceObservation::Deleted, FetcherObservation::Absent, None),
+        ];
+        for (name, state, attempt, source, fetcher, expect) in table {
+            let r = record(state, attempt, 0);
+            let mut o = observed(Some(&r));
+            o.source = source;
+            o.fetcher = fetcher;
+            let d = decide(&o);
+            let got = d.transition.as_ref().map(|t| (t.to, t.retry_attempt));
+            assert_eq!(got, expect, "{name}");
+            if let Some(t) = &d.transition {
+                assert_eq!(t.reason, Some(StopReason::SourceTopicDeleted), "{name}");
+                if t.retry_attempt < 0 {
+                    assert_eq!(t.error.as_deref(), Some(SOURCE_GONE), "{name}");
+                }
+            }
+            if source == SourceObservation::Missing && d.transition.is_none() {
+                assert!(d.run_fetcher, "{name}");
+                assert_eq!(d.requeue_after, Some(MISSING_LOOK_AGAIN), "{name}");
+            }
+        }
+        // The user fails over: STOPPING drains nothing from a deleted topic, then STOPPED.
+        let failed = record(Failed, -1, 0);
+        let mut o = observed(Some(&failed));
         o.source = SourceObservation::Deleted;
-        o.fetcher = FetcherObservation::Running { ready: true };
+        o.desired = DesiredState::Stopped;
         assert_eq!(to(&decide(&o)), Some(Stopping));
         let s = record(Stopping, 0, 0);
         let mut o = observed(Some(&s));
         o.source = SourceObservation::Deleted;
+        o.desired = DesiredState::Stopped;
         assert!(
             decide(&o).finish_stop,
             "nothing to drain from a deleted topic"
@@ -651,6 +699,7 @@ mod tests {
             None,
             "no re-mirroring of a deleted topic"
         );
+        let r = record(Mirroring, 0, 0);
         let mut o = observed(Some(&r));
         o.source = SourceObservation::Recreated;
         let t = decide(&o).transition.unwrap();
@@ -704,6 +753,7 @@ mod tests {
         ];
         let sources = [
             SourceObservation::Present { end: Some(10) },
+            SourceObservation::Missing,
             SourceObservation::Deleted,
             SourceObservation::Recreated,
             SourceObservation::Unreachable,
@@ -722,7 +772,7 @@ mod tests {
                         o.source = source;
                         let enters = r.state != Stopping && to(&decide(&o)) == Some(Stopping);
                         assert!(
-                            !enters || may_enter_stopping(r.state, desired, fetcher, source),
+                            !enters || may_enter_stopping(r.state, desired),
                             "{} {desired:?} {fetcher:?} {source:?} enters STOPPING unforeseen",
                             r.state
                         );

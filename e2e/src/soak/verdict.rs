@@ -352,6 +352,38 @@ pub fn render(f: &Findings) -> (String, Vec<String>) {
             why_failed.push("some partitions could not be verified".into());
         }
     }
+    // Where records went missing, what the status said at the end: a partition that claims to
+    // be caught up without its records points at the fetcher's view of the source.
+    let lossy: Vec<String> = f
+        .checks
+        .iter()
+        .filter_map(|c| match &c.report {
+            Ok(r) if r.missing > 0 => {
+                let view = f
+                    .final_states
+                    .iter()
+                    .find(|v| v.topic == c.topic && v.partition == c.partition);
+                let said = view.map_or("no status".to_string(), |v| {
+                    format!(
+                        "{}, last mirrored {:?}",
+                        crate::soak::mirror::describe(&[v]),
+                        v.last_mirrored
+                    )
+                });
+                Some(format!(
+                    "  {}-{}: {} missing of {}; at the end {said}",
+                    c.topic, c.partition, r.missing, r.source_records
+                ))
+            }
+            _ => None,
+        })
+        .collect();
+    if !lossy.is_empty() {
+        let _ = writeln!(t, "partitions missing records");
+        for l in lossy.iter().take(20) {
+            let _ = writeln!(t, "{l}");
+        }
+    }
     let verdict = if why_failed.is_empty() {
         "PASS".to_string()
     } else {

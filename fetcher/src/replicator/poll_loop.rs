@@ -24,7 +24,7 @@ use super::start_plan::{check_cluster_id, check_topic_id, skip_source_gap};
 use super::stop::Stop;
 use super::watchdog::{SourceStall, SourceWatch};
 use super::{ADMIN_TIMEOUT, Fetcher, Handles, Unit};
-use crate::config::{FetcherConfig, Isolation, TruncationPolicy};
+use crate::config::{FetcherConfig, TruncationPolicy};
 use crate::cursor::Accept;
 use crate::metrics::FetcherMetrics;
 use crate::throttle::Throttle;
@@ -525,12 +525,10 @@ impl Fetcher<'_> {
                 unit.position_dirty = true;
             }
             unit.high_watermark = high;
-            let watch = unit.source_watch.get_or_insert_with(|| {
-                SourceWatch::new(
-                    self.config.stall_timeout,
-                    self.config.isolation == Isolation::ReadUncommitted,
-                )
-            });
+            let stall_after = self.config.stall_timeout;
+            let watch = unit
+                .source_watch
+                .get_or_insert_with(|| SourceWatch::new(stall_after));
             match watch.observe(Instant::now(), next, high) {
                 Some(SourceStall::Unread { high, waited, .. }) => {
                     stalled.get_or_insert((*p, next, Some(high), waited));

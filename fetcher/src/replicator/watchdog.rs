@@ -74,9 +74,6 @@ pub(super) enum SourceStall {
 #[derive(Debug)]
 pub(super) struct SourceWatch {
     stall_after: Duration,
-    /// Whether a high watermark above the next offset means records wait to be read (not with
-    /// `read_committed`: an open transaction holds the consumer below it, rightly).
-    judge_unread: bool,
     /// The next source offset at the last look, and since when something has been wrong
     /// without it moving.
     last_next: Option<i64>,
@@ -85,17 +82,18 @@ pub(super) struct SourceWatch {
 
 impl SourceWatch {
     /// A watch calling `stall_after` without progress a stall.
-    pub(super) fn new(stall_after: Duration, judge_unread: bool) -> SourceWatch {
+    pub(super) fn new(stall_after: Duration) -> SourceWatch {
         SourceWatch {
             stall_after,
-            judge_unread,
             last_next: None,
             since: None,
         }
     }
 
     /// Looks at the partition: `next` is the next source offset read (or skipped), `high` the
-    /// source high watermark just queried (None: the query was not answered).
+    /// source end just queried (None: the query was not answered). The query carries the
+    /// consumer's isolation level, so with `read_committed` it is the last stable offset: an
+    /// open transaction holds it down and is no stall.
     pub(super) fn observe(
         &mut self,
         now: Instant,
@@ -106,7 +104,7 @@ impl SourceWatch {
         self.last_next = Some(next);
         let wrong = match high {
             None => true,
-            Some(h) => self.judge_unread && h > next,
+            Some(h) => h > next,
         };
         if !wrong {
             self.since = None;
@@ -139,35 +137,33 @@ mod tests {
     fn a_source_stalls_only_when_nothing_moves_while_records_wait_or_it_does_not_answer() {
         let s = |n| Duration::from_secs(n);
         #[rustfmt::skip]
-        let table: Vec<(&str, bool, Vec<SourceLook>, Option<SourceStall>)> = vec![
-            // name, judge unread, looks (second, next, high) → the last verdict
-            ("caught up for ever", true, vec![(0, 10, Some(10)), (500, 10, Some(10))], None),
-            ("behind but reading", true,
+        let table: Vec<(&str, Vec<SourceLook>, Option<SourceStall>)> = vec![
+            // name, looks (second, next, high) → the last verdict
+            ("caught up for ever", vec![(0, 10, Some(10)), (500, 10, Some(10))], None),
+            ("behind but reading",
              vec![(0, 10, Some(50)), (100, 20, Some(60)), (200, 30, Some(70))], None),
-            ("behind and nothing read for the whole timeout", true,
+            ("behind and nothing read for the whole timeout",
              vec![(0, 10, Some(50)), (60, 10, Some(50)), (120, 10, Some(55))],
              Some(SourceStall::Unread { next: 10, high: 55, waited: s(120) })),
-            ("behind, not yet the whole timeout", true,
+            ("behind, not yet the whole timeout",
              vec![(0, 10, Some(50)), (119, 10, Some(50))], None),
-            ("records arrive after a long idle: the wait starts then", true,
+            ("records arrive after a long idle: the wait starts then",
              vec![(0, 10, Some(10)), (1000, 10, Some(10)), (1001, 10, Some(12)), (1100, 10, Some(12))],
              None),
-            ("read_committed: an open transaction is not a stall", false,
-             vec![(0, 10, Some(50)), (500, 10, Some(50))], None),
-            ("no answer while nothing moves", false,
+            ("no answer while nothing moves",
              vec![(0, 10, Some(10)), (1, 10, None), (121, 10, None)],
              Some(SourceStall::Unanswered { next: 10, waited: s(120) })),
-            ("no answer but records still arrive", true,
+            ("no answer but records still arrive",
              vec![(0, 10, None), (100, 20, None), (200, 30, None)], None),
-            ("an answer in between restarts the wait", true,
+            ("an answer in between restarts the wait",
              vec![(0, 10, None), (100, 10, Some(10)), (101, 10, None), (220, 10, None)], None),
-            ("the first look already behind counts", true,
+            ("the first look already behind counts",
              vec![(0, 10, Some(50)), (120, 10, Some(50))],
              Some(SourceStall::Unread { next: 10, high: 50, waited: s(120) })),
         ];
-        for (name, judge_unread, looks, expect) in table {
+        for (name, looks, expect) in table {
             let t0 = Instant::now();
-            let mut w = SourceWatch::new(s(120), judge_unread);
+            let mut w = SourceWatch::new(s(120));
             let mut last = None;
             for (at, next, high) in looks {
                 last = w.observe(t0 + s(at), next, high);

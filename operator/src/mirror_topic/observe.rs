@@ -19,6 +19,7 @@ use crate::leases::ledger::Holder;
 use crate::lifecycle::{FetcherObservation, SourceObservation, awaits_failback, needs_source_end};
 use crate::pods::{LABEL_MIRROR_TOPIC, label_value};
 use crate::scope::MirrorScope;
+use crate::source_gone::Sighting;
 use crate::{failback, kafka};
 
 /// Annotation whose change asks to retry partitions that failed for a non-retryable reason.
@@ -79,6 +80,8 @@ pub struct Observation {
     pub leases: BTreeMap<i32, LeaseHold>,
     /// The value of the retry annotation.
     pub retry_token: Option<String>,
+    /// The source topic was found missing twice, apart, at the recorded source cluster.
+    pub source_gone: bool,
     /// Now, ms since the epoch.
     pub now_ms: i64,
 }
@@ -106,7 +109,8 @@ impl Observation {
                     SourceObservation::Present { end: None }
                 }
             }
-            SourceTopic::Missing => SourceObservation::Deleted,
+            SourceTopic::Missing if self.source_gone => SourceObservation::Deleted,
+            SourceTopic::Missing => SourceObservation::Missing,
             SourceTopic::Unreachable(_) => SourceObservation::Unreachable,
         }
     }
@@ -212,8 +216,28 @@ pub async fn observe(ctx: &Context, scope: &MirrorScope, mt: &MirrorTopic) -> Re
         failback: Default::default(),
         leases,
         retry_token: mt.annotations().get(ANNOTATION_RETRY).cloned(),
+        source_gone: false,
         now_ms: now_ms(),
     };
+    let sighting_key = format!("{}/{name}", scope.namespace());
+    if o.source == SourceTopic::Missing {
+        let cluster_id = scope.source.cluster_id(SOURCE_TIMEOUT).await.ok();
+        let recorded = o.records.values().find_map(|r| {
+            r.position
+                .as_ref()
+                .map(|p| p.source_cluster_id.clone())
+                .filter(|id| !id.is_empty())
+        });
+        let sighting = Sighting {
+            at_ms: o.now_ms,
+            cluster_id,
+        };
+        o.source_gone = ctx
+            .source_sightings
+            .missing(&sighting_key, sighting, recorded.as_deref());
+    } else if matches!(o.source, SourceTopic::Described { .. }) {
+        ctx.source_sightings.present(&sighting_key);
+    }
 
     // The log ends a failover needs: where a graceful drain ends, where a stopped fetcher ended.
     let per_pod = scope.mirror.spec.fetcher.partitions_per_pod.max(1);
@@ -221,7 +245,7 @@ pub async fn observe(ctx: &Context, scope: &MirrorScope, mt: &MirrorTopic) -> Re
     for p in o.partitions() {
         let recorded = o.records.get(&p).and_then(|r| r.state.as_ref());
         let fetcher = fetcher_of(&o.pods, p, per_pod);
-        if needs_source_end(recorded, mt.spec.state, &fetcher, source_obs) {
+        if needs_source_end(recorded, mt.spec.state, source_obs) {
             let end = kafka::watermarks(&scope.source, topic, p).await.ok();
             o.source_ends.insert(p, end.map(|(_, end)| end));
         }

@@ -147,7 +147,10 @@ enum Src {
     Present(usize),
     /// Exists with n partitions and another topic ID.
     Recreated(usize),
+    /// Missing on this look only.
     Missing,
+    /// Missing on two looks apart at the recorded cluster: deleted.
+    Gone,
     Down,
 }
 
@@ -261,7 +264,7 @@ fn observation(g: &Given, mt: &MirrorTopic, cm: &ClusterMirror) -> Observation {
             partitions: n,
             topic_id: Some("T2".into()),
         },
-        Src::Missing => SourceTopic::Missing,
+        Src::Missing | Src::Gone => SourceTopic::Missing,
         Src::Down => {
             SourceTopic::Unreachable("source cluster: describing topic orders: timed out".into())
         }
@@ -293,6 +296,7 @@ fn observation(g: &Given, mt: &MirrorTopic, cm: &ClusterMirror) -> Observation {
             })
             .collect(),
         retry_token: g.retry_token.map(Into::into),
+        source_gone: matches!(g.source, Src::Gone),
         now_ms: NOW,
     };
     let per_pod = g.per_pod.max(1);
@@ -300,7 +304,7 @@ fn observation(g: &Given, mt: &MirrorTopic, cm: &ClusterMirror) -> Observation {
     for p in o.partitions() {
         let recorded = o.records.get(&p).and_then(|r| r.state.as_ref());
         let fetcher = fetcher_of(&o.pods, p, per_pod);
-        if needs_source_end(recorded, g.desired, &fetcher, source_obs) {
+        if needs_source_end(recorded, g.desired, source_obs) {
             o.source_ends.insert(p, g.source_end);
         }
         if o.state_of(p) == Stopping && fetcher == crate::lifecycle::FetcherObservation::Absent {
@@ -985,7 +989,7 @@ fn cases() -> Vec<Case> {
             },
         },
         Case {
-            name: "the source topic was deleted: a mirroring partition stops",
+            name: "the source topic missing on one look: mirroring goes on, nothing is promoted",
             given: Given {
                 source: Src::Missing,
                 parts: vec![part(0, Mirroring)],
@@ -993,15 +997,25 @@ fn cases() -> Vec<Case> {
                 source_end: None,
                 ..Given::default()
             },
+            want: Want::default(),
+        },
+        Case {
+            name: "the source topic deleted (two looks): FAILED for good and read-only, not STOPPING",
+            given: Given {
+                source: Src::Gone,
+                parts: vec![part(0, Mirroring)],
+                pods: vec![pod(0, &[0])],
+                source_end: None,
+                ..Given::default()
+            },
             want: Want {
-                writes: vec![(0, Stopping)],
+                writes: vec![(0, Failed)],
                 delete: vec!["orders-fetcher-0"],
-                events: vec!["PartitionStopping"],
+                events: vec!["PartitionFailed"],
                 check: Some(|plan| {
-                    assert_eq!(
-                        record(plan, 0).error.as_deref(),
-                        Some("the source topic was deleted")
-                    )
+                    let r = record(plan, 0);
+                    assert_eq!(r.error.as_deref(), Some(crate::lifecycle::SOURCE_GONE));
+                    assert_eq!(r.retry_attempt, -1);
                 }),
                 ..Want::default()
             },
@@ -1009,7 +1023,7 @@ fn cases() -> Vec<Case> {
         Case {
             name: "STOPPED with the source deleted: no mirroring again",
             given: Given {
-                source: Src::Missing,
+                source: Src::Gone,
                 parts: vec![part(0, Stopped)],
                 ..Given::default()
             },
