@@ -642,3 +642,68 @@ async fn http_endpoints_report_health_readiness_and_metrics() {
     fetcher.signal("TERM");
     assert_eq!(fetcher.wait(Duration::from_secs(30)), Some(0));
 }
+
+/// The cluster ID a cluster reports.
+fn cluster_id_of(config: &ClientConfig) -> String {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let c: BaseConsumer = config.create().expect("client");
+    c.client()
+        .fetch_cluster_id(Duration::from_secs(10))
+        .expect("a cluster ID")
+}
+
+/// A pinned cluster ID (`spec.source.clusterId` / `spec.destination.clusterId`, passed by the
+/// operator) that the cluster does not report stops the fetcher before it writes anything:
+/// exit 20 (ClusterIdMismatch, not retried) with both IDs in the reason. The right pins mirror.
+#[tokio::test]
+async fn a_pinned_cluster_id_the_cluster_does_not_report_stops_the_fetcher_before_any_write() {
+    let bed = Testbed::get();
+    ensure_state_topic(bed);
+    let source = bed.source_config();
+    let dest = bed.dest_config(DestUser::Admin);
+    let topic = unique_name("pinned");
+    topics(bed, &source, &topic, 1, &[]).await;
+    produce_all(&source, &topic, &mixed_records(50, 1, 0, 41), &[]).unwrap();
+    let (source_id, dest_id) = (cluster_id_of(&source), cluster_id_of(&dest));
+    let wrong = "AAAAAAAAAAAAAAAAAAAAAA";
+    let mirror = format!("e2e/{topic}");
+    for (flag, right) in [
+        ("--source-cluster-id", &source_id),
+        ("--destination-cluster-id", &dest_id),
+    ] {
+        let mut args = fetcher_args(bed, &mirror, &topic, "0", source_args(bed));
+        args.extend([flag.to_string(), wrong.to_string()]);
+        let mut fetcher = FetcherProcess::spawn(&args);
+        let code = fetcher.wait(Duration::from_secs(60));
+        let log = fetcher.log_text();
+        assert_eq!(
+            code,
+            Some(StopReason::ClusterIdMismatch.exit_code()),
+            "{flag}: {log}"
+        );
+        assert!(
+            log.contains(wrong) && log.contains(right.as_str()) && log.contains("clusterId pins"),
+            "{flag}: the reason names both IDs:\n{log}"
+        );
+        assert_eq!(
+            watermarks(&dest, &topic, 0).unwrap().1,
+            0,
+            "{flag}: nothing written"
+        );
+    }
+    let mut args = fetcher_args(bed, &mirror, &topic, "0", source_args(bed));
+    args.extend([
+        "--source-cluster-id".to_string(),
+        source_id,
+        "--destination-cluster-id".to_string(),
+        dest_id,
+    ]);
+    let mut fetcher = FetcherProcess::spawn(&args);
+    wait_until(
+        "mirrored with the right pins",
+        Duration::from_secs(60),
+        || watermarks(&dest, &topic, 0).map(|w| w.1).unwrap_or(-1) == 50,
+    );
+    fetcher.signal("TERM");
+    assert_eq!(fetcher.wait(Duration::from_secs(30)), Some(0));
+}

@@ -848,3 +848,95 @@ async fn a_topic_created_paused_never_mirrors_until_resumed() {
     wait_caught_up(bed, &topic, 2).await;
     s.cleanup().await;
 }
+
+/// A pinned cluster ID that does not match (here `spec.source.clusterId` set to another
+/// cluster's, as after a DNS switch to the wrong cluster) is a hard stop for every MirrorTopic of
+/// the mirror, not only a ClusterMirror condition: the fetchers are removed, nothing more is
+/// copied, the topic says why. Pinning the right ID again resumes without loss.
+#[tokio::test]
+async fn a_pinned_cluster_id_that_does_not_match_stops_every_topic_and_its_fetchers() {
+    let bed = Testbed::get();
+    ensure_state_topic(bed);
+    let s = Scenario::new(bed, "pinned").await;
+    let spec = Scenario::mirror_spec(bed);
+    let m = mirrored_topic(
+        bed,
+        &s,
+        "pinned",
+        100,
+        23,
+        spec.clone(),
+        Duration::from_secs(90),
+    )
+    .await;
+    let dest = bed.dest_config(DestUser::Admin);
+    let real_id = s
+        .mirror("dr")
+        .await
+        .status
+        .and_then(|st| st.source_cluster_id)
+        .expect("the ClusterMirror reports the source cluster ID");
+    let mut wrong = spec.clone();
+    wrong["source"]["clusterId"] = json!("AAAAAAAAAAAAAAAAAAAAAA");
+    s.apply_mirror("dr", wrong).await;
+    let t = s
+        .wait_topic(
+            "pinned",
+            "ClusterIdMismatch",
+            Duration::from_secs(60),
+            |t| {
+                t.status
+                    .as_ref()
+                    .and_then(|st| condition(&st.conditions, "Ready"))
+                    .is_some_and(|c| c.1 == "ClusterIdMismatch")
+            },
+        )
+        .await;
+    let message = condition(&t.status.unwrap().conditions, "Ready").unwrap().2;
+    assert!(
+        message.contains("AAAAAAAAAAAAAAAAAAAAAA") && message.contains(&real_id),
+        "the reason names both IDs: {message}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !pods_per_partition(&s.pods().await).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "fetcher pods still run with a mismatched cluster ID"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // Nothing more is copied.
+    let end = watermarks(&dest, &m.topic, 0).unwrap().1;
+    produce_all(
+        &bed.source_config(),
+        &m.topic,
+        &mixed_records(20, 2, 100, 24),
+        &[],
+    )
+    .unwrap();
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert_eq!(
+        watermarks(&dest, &m.topic, 0).unwrap().1,
+        end,
+        "copied past a mismatched pin"
+    );
+    assert!(
+        s.events("pinned")
+            .await
+            .iter()
+            .any(|(r, _)| r == "ClusterIdMismatch"),
+        "{:?}",
+        s.events("pinned").await
+    );
+    // The right ID: mirroring resumes, everything once at its own offset.
+    let mut right = spec;
+    right["source"]["clusterId"] = json!(real_id);
+    s.apply_mirror("dr", right).await;
+    s.wait_topic("pinned", "MIRRORING", Duration::from_secs(90), |t| {
+        all_partitions(t, PartitionState::Mirroring, 2)
+    })
+    .await;
+    wait_caught_up(bed, &m.topic, 2).await;
+    assert_eq!(verify_all(bed, &s.ns, "dr", &m.topic, 2), 120);
+    s.cleanup().await;
+}

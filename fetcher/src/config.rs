@@ -36,6 +36,15 @@ pub enum TruncationPolicy {
     Skip,
 }
 
+/// The cluster IDs the mirror's connections pin, if any.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PinnedClusterIds {
+    /// `spec.source.clusterId`.
+    pub source: Option<String>,
+    /// `spec.destination.clusterId`.
+    pub destination: Option<String>,
+}
+
 /// Configuration of one fetcher process.
 #[derive(Debug, Clone)]
 pub struct FetcherConfig {
@@ -57,6 +66,8 @@ pub struct FetcherConfig {
     pub throttle_bytes_per_second: Option<u64>,
     /// Source isolation level.
     pub isolation: Isolation,
+    /// The cluster IDs the connections pin (`clusterId`): another ID is a hard stop.
+    pub pinned_cluster_ids: PinnedClusterIds,
     /// Most placeholders written for prefix alignment.
     pub prefix_alignment_limit: i64,
     /// Source truncation handling.
@@ -128,6 +139,7 @@ impl FetcherConfig {
             state_topic: kmirror_crds::v1alpha1::DEFAULT_STATE_TOPIC.to_string(),
             throttle_bytes_per_second: None,
             isolation: Isolation::default(),
+            pinned_cluster_ids: PinnedClusterIds::default(),
             prefix_alignment_limit: 1_000_000,
             on_source_truncation: TruncationPolicy::default(),
             position_interval: Duration::from_secs(2),

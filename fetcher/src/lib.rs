@@ -14,6 +14,6 @@ pub mod termination;
 pub mod throttle;
 pub mod verify;
 
-pub use config::{FetcherConfig, Isolation, LeaseSettings, TruncationPolicy};
+pub use config::{FetcherConfig, Isolation, LeaseSettings, PinnedClusterIds, TruncationPolicy};
 pub use kmirror_state::ClusterSettings;
 pub use replicator::{Handles, Outcome, run};

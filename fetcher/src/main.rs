@@ -4,7 +4,8 @@
 //! the destination, 11 source topic recreated, 12 source cluster changed, 13 source topic
 //! deleted, 14 data loss (the source deleted records before they were mirrored), 15 destination
 //! not empty without state, 16 destination truncated (it lost confirmed records; retried), 17
-//! source diverged, 18 record refused by the destination. A stop for a reason also leaves a
+//! source diverged, 18 record refused by the destination, 19 write lease expired, 20 a cluster ID
+//! other than the pinned one. A stop for a reason also leaves a
 //! one-line termination message (see `termination`).
 
 use std::net::SocketAddr;
@@ -13,7 +14,9 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Parser;
-use kmirror_fetcher::{FetcherConfig, Handles, Isolation, LeaseSettings, TruncationPolicy};
+use kmirror_fetcher::{
+    FetcherConfig, Handles, Isolation, LeaseSettings, PinnedClusterIds, TruncationPolicy,
+};
 use kmirror_state::ClusterSettings;
 use kmirror_state::flags::ClusterFlags;
 
@@ -73,6 +76,12 @@ struct Args {
     /// `fail` or `skip` when the source deleted records before they were mirrored.
     #[arg(long, env = "KMIRROR_ON_SOURCE_TRUNCATION", default_value = "fail")]
     on_source_truncation: String,
+    /// The source cluster ID the connection pins: another one stops the fetcher (exit 20).
+    #[arg(long, env = "KMIRROR_SOURCE_CLUSTER_ID")]
+    source_cluster_id: Option<String>,
+    /// The destination cluster ID the connection pins: another one stops the fetcher (exit 20).
+    #[arg(long, env = "KMIRROR_DESTINATION_CLUSTER_ID")]
+    destination_cluster_id: Option<String>,
     /// Seconds between position records.
     #[arg(long, default_value_t = 2.0)]
     position_interval_seconds: f64,
@@ -143,6 +152,13 @@ fn config(args: &Args) -> anyhow::Result<FetcherConfig> {
         other => {
             bail!("--isolation-level must be read_committed or read_uncommitted, not {other:?}")
         }
+    };
+    c.pinned_cluster_ids = PinnedClusterIds {
+        source: args.source_cluster_id.clone().filter(|s| !s.is_empty()),
+        destination: args
+            .destination_cluster_id
+            .clone()
+            .filter(|s| !s.is_empty()),
     };
     c.prefix_alignment_limit = args.prefix_alignment_limit;
     c.on_source_truncation = match args.on_source_truncation.as_str() {

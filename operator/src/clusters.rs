@@ -27,15 +27,57 @@ pub struct Cluster {
     pub side: &'static str,
     /// Identifies the configuration (hash).
     pub key: u64,
+    /// The latest cluster ID answer (None: no answer) and when it came, for checks that run at
+    /// every reconcile.
+    recent_id: Mutex<Option<(Option<String>, std::time::Instant)>>,
 }
 
 impl Cluster {
+    /// A cluster reached with `config` through `admin`; `key` identifies the configuration.
+    pub fn new(
+        config: ClientConfig,
+        admin: AdminClient<DefaultClientContext>,
+        side: &'static str,
+        key: u64,
+    ) -> Cluster {
+        Cluster {
+            config,
+            admin,
+            side,
+            key,
+            recent_id: Mutex::new(None),
+        }
+    }
+
     /// A Kafka error on this cluster.
     pub fn error(&self, message: impl std::fmt::Display) -> KafkaError {
         KafkaError {
             cluster: self.side,
             message: message.to_string(),
         }
+    }
+
+    /// The cluster ID as answered within the last `max_age` (None: it did not answer), asking
+    /// again (within `timeout`) when the last answer is older.
+    pub async fn recent_cluster_id(
+        self: &Arc<Self>,
+        max_age: Duration,
+        timeout: Duration,
+    ) -> Option<String> {
+        let cached = self
+            .recent_id
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        if let Some((id, at)) = cached
+            && at.elapsed() < max_age
+        {
+            return id;
+        }
+        let id = self.cluster_id(timeout).await.ok();
+        *self.recent_id.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some((id.clone(), std::time::Instant::now()));
+        id
     }
 
     /// The cluster ID, or an error when the cluster does not answer within `timeout`.
@@ -122,12 +164,7 @@ impl Clusters {
             cluster: side,
             message: e.to_string(),
         })?;
-        let cluster = Arc::new(Cluster {
-            config,
-            admin,
-            side,
-            key,
-        });
+        let cluster = Arc::new(Cluster::new(config, admin, side, key));
         self.cache
             .lock()
             .unwrap_or_else(|p| p.into_inner())

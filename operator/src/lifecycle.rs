@@ -649,7 +649,9 @@ mod tests {
         };
         let running = FetcherObservation::Running { ready: true };
         #[rustfmt::skip]
-        let table: Vec<(&str, PartitionState, i32, SourceObservation, FetcherObservation, Option<(PartitionState, i32)>)> = vec![
+        type Row = (&'static str, PartitionState, i32, SourceObservation, FetcherObservation, Option<(PartitionState, i32)>);
+        #[rustfmt::skip]
+        let table: Vec<Row> = vec![
             // name, state, attempt, source, fetcher → (to, retry attempt)
             ("missing once: keeps mirroring, looks again", Mirroring, 0, SourceObservation::Missing, running.clone(), None),
             ("confirmed deleted: FAILED for good, not STOPPING", Mirroring, 0, SourceObservation::Deleted, running.clone(), Some((Failed, -1))),

@@ -147,6 +147,17 @@ impl FetcherPod<'_> {
             args.push("--throttle-bytes-per-second".into());
             args.push(t.to_string());
         }
+        // A pinned cluster ID is checked by the fetcher too: a hard stop where it reads and
+        // writes, not only an operator condition.
+        for (flag, pinned) in [
+            ("--source-cluster-id", &spec.source.cluster_id),
+            ("--destination-cluster-id", &spec.destination.cluster_id),
+        ] {
+            if let Some(id) = pinned {
+                args.push(flag.into());
+                args.push(id.clone());
+            }
+        }
         let source = pod_connection(&spec.source, "source", &spec.fetcher.consumer_properties);
         let destination = pod_connection(
             &spec.destination,

@@ -33,6 +33,11 @@ pub struct MirrorScope {
     pub secrets_version: String,
 }
 
+/// How long a pinned cluster ID check waits for the cluster.
+const PIN_CHECK_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a cluster's answer serves the pinned cluster ID checks of every topic.
+const PIN_CHECK_MAX_AGE: Duration = Duration::from_secs(10);
+
 /// Why a mirror cannot be used by a topic now, for the topic's status.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Unavailable {
@@ -168,6 +173,35 @@ impl MirrorScope {
             return Ok(Resolved::Loading);
         }
         Ok(Resolved::Ready(Box::new(scope)))
+    }
+
+    /// Why the mirror must not be used, when a cluster reports an ID other than the one its
+    /// connection pins. A cluster that does not answer is no mismatch (failover with the source
+    /// down must stay possible).
+    pub async fn pin_mismatch(&self) -> Option<String> {
+        for (side, cluster, pinned) in [
+            ("source", &self.source, &self.mirror.spec.source.cluster_id),
+            (
+                "destination",
+                &self.destination,
+                &self.mirror.spec.destination.cluster_id,
+            ),
+        ] {
+            let Some(pinned) = pinned else { continue };
+            if let Some(found) = cluster
+                .recent_cluster_id(PIN_CHECK_MAX_AGE, PIN_CHECK_TIMEOUT)
+                .await
+                && &found != pinned
+            {
+                return Some(format!(
+                    "the {side} cluster reports cluster ID {found} but ClusterMirror {} pins \
+                     spec.{side}.clusterId {pinned}: its fetchers are stopped and nothing is \
+                     copied until the pin or the address is fixed",
+                    self.mirror.name_any()
+                ));
+            }
+        }
+        None
     }
 
     /// The mirror's namespace.

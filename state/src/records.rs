@@ -123,13 +123,16 @@ pub enum StopReason {
     /// The fetcher's write lease ran out without renewal from the operator (the pod is being
     /// replaced, the operator is unreachable): it stopped writing; retried.
     LeaseExpired,
+    /// A cluster reports an ID other than the one its connection pins (`clusterId`): the
+    /// mirror points at another cluster; nothing is read or written.
+    ClusterIdMismatch,
     /// Any other error (connection, delivery, configuration); retried.
     Error,
 }
 
 impl StopReason {
     /// Every reason, in exit-code order of the named ones, then [`StopReason::Error`].
-    pub const ALL: [StopReason; 11] = [
+    pub const ALL: [StopReason; 12] = [
         StopReason::ForeignWrite,
         StopReason::SourceTopicRecreated,
         StopReason::SourceClusterChanged,
@@ -140,6 +143,7 @@ impl StopReason {
         StopReason::SourceDiverged,
         StopReason::RecordRefused,
         StopReason::LeaseExpired,
+        StopReason::ClusterIdMismatch,
         StopReason::Error,
     ];
 
@@ -156,6 +160,7 @@ impl StopReason {
             StopReason::SourceDiverged => 17,
             StopReason::RecordRefused => 18,
             StopReason::LeaseExpired => 19,
+            StopReason::ClusterIdMismatch => 20,
             StopReason::Error => 1,
         }
     }
@@ -188,6 +193,7 @@ impl StopReason {
             StopReason::SourceDiverged => "SourceDiverged",
             StopReason::RecordRefused => "RecordRefused",
             StopReason::LeaseExpired => "LeaseExpired",
+            StopReason::ClusterIdMismatch => "ClusterIdMismatch",
             StopReason::Error => "Error",
         }
     }
@@ -566,6 +572,7 @@ mod tests {
             (StopReason::SourceDiverged, "sourceDiverged", 17, false, "SourceDiverged"),
             (StopReason::RecordRefused, "recordRefused", 18, false, "RecordRefused"),
             (StopReason::LeaseExpired, "leaseExpired", 19, true, "LeaseExpired"),
+            (StopReason::ClusterIdMismatch, "clusterIdMismatch", 20, false, "ClusterIdMismatch"),
             (StopReason::Error, "error", 1, true, "Error"),
         ];
         assert_eq!(table.len(), StopReason::ALL.len());

@@ -20,7 +20,7 @@ use super::delivery::{self, DeliveryContext, Pending, Target};
 use super::limits::DestinationLimits;
 use super::position::persist_map;
 use super::source_check::{Finding, Known, SourceLog, judge};
-use super::start_plan::{check_cluster_id, check_topic_id, skip_source_gap};
+use super::start_plan::{check_cluster_id, check_pinned, check_topic_id, skip_source_gap};
 use super::stop::Stop;
 use super::watchdog::{SourceStall, SourceWatch};
 use super::{ADMIN_TIMEOUT, Fetcher, Handles, Unit};
@@ -456,6 +456,11 @@ impl Fetcher<'_> {
     /// The source must still be the recorded cluster and topic.
     fn check_source_identity(&mut self) -> Result<(), Stop> {
         if let Some(id) = self.consumer.client().fetch_cluster_id(ADMIN_TIMEOUT) {
+            check_pinned(
+                "source",
+                self.config.pinned_cluster_ids.source.as_deref(),
+                &id,
+            )?;
             check_cluster_id(&self.source_cluster_id, &id)?;
         }
         let topic_id = match self.describe_source() {

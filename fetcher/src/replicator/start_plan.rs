@@ -22,6 +22,22 @@ pub(super) fn check_cluster_id(recorded: &str, now: &str) -> Result<(), Stop> {
     })
 }
 
+/// A cluster must report the ID its connection pins, when one is pinned.
+pub(super) fn check_pinned(
+    side: &'static str,
+    pinned: Option<&str>,
+    found: &str,
+) -> Result<(), Stop> {
+    match pinned {
+        Some(pinned) if pinned != found => Err(Stop::ClusterIdMismatch {
+            side,
+            pinned: pinned.to_string(),
+            found: found.to_string(),
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// The source topic's ID must be the recorded one when both are known (old brokers report
 /// none).
 pub(super) fn check_topic_id(

@@ -28,7 +28,8 @@ use super::log_end::DestinationLogEnds;
 use super::position::rewrite_map;
 use super::source_check::Known;
 use super::start_plan::{
-    LastCopy, Recorded, Start, StartFacts, Then, check_recorded_identity, decide_start,
+    LastCopy, Recorded, Start, StartFacts, Then, check_pinned, check_recorded_identity,
+    decide_start,
 };
 use super::stop::{Side, Stop};
 use super::{ADMIN_TIMEOUT, Fetcher, Handles, Unit};
@@ -147,6 +148,14 @@ impl<'a> Fetcher<'a> {
             .client()
             .fetch_cluster_id(ADMIN_TIMEOUT)
             .ok_or(Stop::FetchSourceClusterId)?;
+        let pins = &config.pinned_cluster_ids;
+        check_pinned("source", pins.source.as_deref(), &source_cluster_id)?;
+        if let Some(pinned) = pins.destination.as_deref() {
+            let found = rdkafka::producer::Producer::client(producer.as_ref())
+                .fetch_cluster_id(ADMIN_TIMEOUT)
+                .ok_or(Stop::FetchDestinationClusterId)?;
+            check_pinned("destination", Some(pinned), &found)?;
+        }
         let epochs = SourceEpochs::new(&source_config);
         let log_ends = DestinationLogEnds::new(&destination_config);
         let mut fetcher = Fetcher {

@@ -298,6 +298,23 @@ pub enum Stop {
         /// The partition.
         partition: i32,
     },
+    /// A cluster reports an ID other than the one its connection pins.
+    #[error(
+        "the {side} cluster reports cluster ID {found} but spec.{side}.clusterId pins {pinned}: \
+         the mirror points at another cluster; nothing is read or written until the pin or the \
+         address is fixed"
+    )]
+    ClusterIdMismatch {
+        /// `source` or `destination`.
+        side: &'static str,
+        /// The pinned ID.
+        pinned: String,
+        /// The ID the cluster reports.
+        found: String,
+    },
+    /// The destination did not report its cluster ID while one is pinned.
+    #[error("the destination cluster did not report a cluster ID (unreachable?)")]
+    FetchDestinationClusterId,
     /// The source reports a cluster ID other than the recorded one.
     #[error(
         "the source cluster ID is {now} but this mirror recorded {recorded}: the source was replaced"
@@ -538,6 +555,7 @@ impl Stop {
             Stop::ReadSettings { .. } => StopReason::Error,
             Stop::CreateClient { .. } => StopReason::Error,
             Stop::FetchSourceClusterId => StopReason::Error,
+            Stop::FetchDestinationClusterId => StopReason::Error,
             Stop::DescribeSourceTopic { .. } => StopReason::Error,
             Stop::SourcePartitionMissing { .. } => StopReason::Error,
             Stop::LoadState(_) => StopReason::Error,
@@ -565,6 +583,7 @@ impl Stop {
             Stop::LeaseExpired { .. } => StopReason::LeaseExpired,
             // Findings that retrying cannot change.
             Stop::SourceClusterChanged { .. } => StopReason::SourceClusterChanged,
+            Stop::ClusterIdMismatch { .. } => StopReason::ClusterIdMismatch,
             Stop::SourceTopicRecreated { .. } => StopReason::SourceTopicRecreated,
             Stop::SourceTopicDeleted { .. } => StopReason::SourceTopicDeleted,
             Stop::DataLoss { .. } => StopReason::DataLoss,
@@ -651,6 +670,10 @@ mod tests {
              R::Error, &["destination connection settings", "sasl.password"]),
             (Stop::CreateClient { client: "source consumer", source: client_error() },
              R::Error, &["creating the source consumer", "bad property"]),
+            (Stop::ClusterIdMismatch { side: "destination", pinned: "AAAAAAAAAAAAAAAAAAAAAA".into(), found: "q1w2e3r4t5y6u7i8o9p0aa".into() },
+             R::ClusterIdMismatch, &["destination cluster reports cluster ID q1w2e3r4t5y6u7i8o9p0aa",
+                                     "spec.destination.clusterId pins AAAAAAAAAAAAAAAAAAAAAA"]),
+            (Stop::FetchDestinationClusterId, R::Error, &["destination cluster did not report"]),
             (Stop::FetchSourceClusterId,
              R::Error, &["did not report a cluster ID"]),
             (Stop::DescribeSourceTopic { topic: t(), source: AdminError::Timeout },

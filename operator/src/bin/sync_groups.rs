@@ -42,12 +42,7 @@ fn cluster(
 ) -> Result<Cluster, String> {
     let config = settings?.client_config().map_err(|e| e.to_string())?;
     let admin = config.create().map_err(|e| format!("{side}: {e}"))?;
-    Ok(Cluster {
-        config,
-        admin,
-        side,
-        key: 0,
-    })
+    Ok(Cluster::new(config, admin, side, 0))
 }
 
 fn run(args: Args) -> Result<String, String> {

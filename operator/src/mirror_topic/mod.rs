@@ -43,6 +43,8 @@ const LOADING_REQUEUE: Duration = Duration::from_secs(2);
 
 /// How soon a topic refused for a taken source topic looks again.
 const TAKEN_REQUEUE: Duration = Duration::from_secs(30);
+/// How soon a topic whose mirror pins another cluster ID is looked at again.
+const PIN_REQUEUE: Duration = Duration::from_secs(15);
 
 /// Reconciles one `MirrorTopic` (entry point for the controller).
 pub async fn reconcile(mt: Arc<MirrorTopic>, ctx: Arc<Context>) -> Result<Action> {
@@ -92,7 +94,8 @@ async fn apply(mt: Arc<MirrorTopic>, ctx: Arc<Context>) -> Result<Action> {
     let ns = mt.namespace().unwrap_or_default();
     // One owner per source topic: a second MirrorTopic of it runs nothing.
     if let claim::Claim::TakenBy(owner) = claim::claim(&mt, &peers(&ctx, &ns).await?) {
-        return refuse_taken(&ctx, &mt, &owner).await;
+        let message = claim::taken_message(&mt, &owner);
+        return refuse(&ctx, &mt, "SourceTopicTaken", message, TAKEN_REQUEUE).await;
     }
     // Dereference: the mirror, both clusters, the state topic.
     let scope = match MirrorScope::resolve(&ctx, &ns, &mt.spec.mirror).await? {
@@ -106,6 +109,10 @@ async fn apply(mt: Arc<MirrorTopic>, ctx: Arc<Context>) -> Result<Action> {
             return Ok(Action::requeue(u.requeue));
         }
     };
+    // A pinned cluster ID that does not match: nothing runs for any topic of the mirror.
+    if let Some(message) = scope.pin_mismatch().await {
+        return refuse(&ctx, &mt, "ClusterIdMismatch", message, PIN_REQUEUE).await;
+    }
     // Observe → plan → execute.
     let observation = observe::observe(&ctx, &scope, &mt).await?;
     let plan = plan::plan(
@@ -133,16 +140,20 @@ pub(crate) async fn peers(ctx: &Context, ns: &str) -> Result<Vec<MirrorTopic>> {
 
 /// A topic whose source topic another `MirrorTopic` owns: its fetchers stop (if it had any), and
 /// its status and a Warning Event name the owner. Looked at again every 30 s (the owner may go).
-async fn refuse_taken(ctx: &Context, mt: &MirrorTopic, owner: &str) -> Result<Action> {
-    let message = claim::taken_message(mt, owner);
-    ctx.publish(
-        mt,
-        &Note::warning("SourceTopicTaken", "Validate", message.clone()),
-    )
-    .await;
+/// Runs nothing for `mt`: its fetchers are stopped, the reason goes into an Event and the
+/// status, and the topic is looked at again after `requeue`.
+async fn refuse(
+    ctx: &Context,
+    mt: &MirrorTopic,
+    reason: &str,
+    message: String,
+    requeue: Duration,
+) -> Result<Action> {
+    ctx.publish(mt, &Note::warning(reason, "Validate", message.clone()))
+        .await;
     cleanup::stop_fetchers(ctx, mt).await?;
-    report_problem(ctx, mt, "SourceTopicTaken", &message).await?;
-    Ok(Action::requeue(TAKEN_REQUEUE))
+    report_problem(ctx, mt, reason, &message).await?;
+    Ok(Action::requeue(requeue))
 }
 
 /// The `ClusterMirror` a `MirrorTopic` belongs to, as an object reference for watches.
