@@ -11,15 +11,13 @@ use kmirror_crds::v1alpha1::PartitionState;
 use kmirror_e2e::Testbed;
 use kmirror_e2e::fetcher::{ensure_state_topic, target_dir};
 use kmirror_e2e::kafka::{
-    DestUser, TestRecord, create_topic, mixed_records, produce_all, read_all, unique_name,
-    watermarks,
+    DestUser, TestRecord, app_acls, create_topic, mixed_records, produce_all, read_all,
+    unique_name, watermarks,
 };
 use kmirror_e2e::operator::{OperatorProcess, Scenario, all_partitions};
 use kmirror_fetcher::Isolation;
 use kmirror_fetcher::verify::{Side, verify_partition};
-use kmirror_state::kafka_admin::{
-    AclBinding, Operation, PatternType, Permission, ResourceType, create_acls,
-};
+use kmirror_state::kafka_admin::create_acls;
 use kmirror_state::offset_map::OffsetMap;
 use kmirror_state::store;
 use rdkafka::ClientConfig;
@@ -45,24 +43,6 @@ fn plugin(bed: &Testbed, ns: &str, args: &[&str]) -> (i32, String, String) {
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
-}
-
-fn app_acls(topic: &str, group: &str) -> Vec<AclBinding> {
-    let b = |rt, name: &str, op| AclBinding {
-        resource_type: rt,
-        name: name.into(),
-        pattern: PatternType::Literal,
-        principal: "User:app".into(),
-        host: "*".into(),
-        operation: op,
-        permission: Permission::Allow,
-    };
-    vec![
-        b(ResourceType::Topic, topic, Operation::Read),
-        b(ResourceType::Topic, topic, Operation::Write),
-        b(ResourceType::Topic, topic, Operation::Describe),
-        b(ResourceType::Group, group, Operation::Read),
-    ]
 }
 
 /// Consumes `count` records per partition from the start in `group` and commits; returns the

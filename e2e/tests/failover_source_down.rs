@@ -8,10 +8,13 @@ use kmirror_crds::v1alpha1::PartitionState;
 use kmirror_e2e::Testbed;
 use kmirror_e2e::fetcher::{ensure_state_topic, target_dir};
 use kmirror_e2e::kafka::{
-    DestUser, create_topic, mixed_records, produce_all, unique_name, watermarks,
+    DestUser, app_acls, create_topic, mixed_records, produce_all, unique_name, watermarks,
 };
 use kmirror_e2e::operator::{OperatorProcess, Scenario, all_partitions};
 use kmirror_e2e::testbed::repo_root;
+use kmirror_state::kafka_admin::{Operation, create_acls, describe_acls};
+use rdkafka::admin::AdminClient;
+use rdkafka::client::DefaultClientContext;
 use serde_json::json;
 
 struct SourceDown;
@@ -36,6 +39,25 @@ impl Drop for SourceDown {
     }
 }
 
+/// Whether `User:app` may `operation` topic `topic` on the cluster of `config`.
+fn app_may(config: &rdkafka::ClientConfig, topic: &str, operation: Operation) -> bool {
+    let admin: AdminClient<DefaultClientContext> = config.create().unwrap();
+    let filter = app_acls(topic, "-").remove(0);
+    describe_acls(
+        admin.inner(),
+        &kmirror_state::kafka_admin::AclBinding {
+            operation,
+            ..filter
+        },
+        Duration::from_secs(10),
+    )
+    .is_ok_and(|b| !b.is_empty())
+}
+
+/// With the source down, an immediate failover finishes, reports each partition's last mirrored
+/// offset, and makes the destination writable for the applications: their WRITE ACLs come from
+/// the last ACL set synced from the source (kept in the state topic), since the source cannot be
+/// asked. The application principal writes, not a super user.
 #[tokio::test]
 async fn immediate_failover_with_the_source_down_completes_and_reports_the_lmo() {
     let bed = Testbed::get();
@@ -45,6 +67,13 @@ async fn immediate_failover_with_the_source_down_completes_and_reports_the_lmo()
     let source = bed.source_config();
     let dest = bed.dest_config(DestUser::Admin);
     create_topic(&source, &topic, 3, &[]).await.unwrap();
+    let admin: AdminClient<DefaultClientContext> = source.create().unwrap();
+    create_acls(
+        admin.inner(),
+        &app_acls(&topic, "fo-down-app"),
+        Duration::from_secs(10),
+    )
+    .unwrap();
     produce_all(&source, &topic, &mixed_records(3000, 3, 0, 3), &[]).unwrap();
     let _op = OperatorProcess::spawn(bed, &s.ns, &[]);
     s.apply_mirror("dr", Scenario::mirror_spec(bed)).await;
@@ -59,6 +88,19 @@ async fn immediate_failover_with_the_source_down_completes_and_reports_the_lmo()
         assert!(Instant::now() < deadline, "no catch-up");
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
+    // The ACL sync copied the app's bindings, WRITE withheld while the topic mirrors.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !app_may(&dest, &topic, Operation::Read) {
+        assert!(
+            Instant::now() < deadline,
+            "the app's READ ACL was not synced"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(
+        !app_may(&dest, &topic, Operation::Write),
+        "WRITE while mirroring"
+    );
     let down = SourceDown::stop();
     let started = Instant::now();
     let out = Command::new(target_dir().join("debug/kubectl-mirror"))
@@ -100,8 +142,18 @@ async fn immediate_failover_with_the_source_down_completes_and_reports_the_lmo()
         stdout.contains("999"),
         "the plugin reports the LMO per partition: {stdout}"
     );
-    // The destination is writable at once.
-    produce_all(&dest, &topic, &mixed_records(3, 3, 0, 4), &[]).unwrap();
+    // The destination is writable for the applications at once.
+    assert!(
+        app_may(&dest, &topic, Operation::Write),
+        "the app has no WRITE ACL after the failover with the source down"
+    );
+    produce_all(
+        &bed.dest_config(DestUser::App),
+        &topic,
+        &mixed_records(3, 3, 0, 4),
+        &[("message.timeout.ms", "10000")],
+    )
+    .expect("the app writes to the failed-over topic");
     drop(down);
     s.cleanup().await;
 }

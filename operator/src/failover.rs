@@ -108,16 +108,10 @@ pub async fn finish(
         }
     };
     if plan.make_writable {
-        let applied = if plan.source_reachable {
-            sync::acls::make_writable(ctx, scope, mt).await
-        } else {
-            Err(Cause::Kafka(KafkaError {
-                cluster: "source",
-                message: "the source is unreachable: its ACLs cannot be read".into(),
-            }))
-        };
+        // With the source gone (an immediate failover) its ACLs are not asked for: the set last
+        // synced from it applies.
+        let applied = sync::acls::make_writable(ctx, scope, mt, !plan.source_reachable).await;
         if let Err(e) = applied {
-            // The source may be gone (immediate failover): its WRITE ACLs cannot be read.
             tracing::warn!(topic = %mt.name_any(), error = %e, "could not apply the source's WRITE ACLs");
             ctx.publish(
                 mt,

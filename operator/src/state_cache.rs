@@ -189,6 +189,7 @@ impl StateCache {
             && records.position.is_none()
             && records.chunks.is_empty()
             && records.acls.is_none()
+            && records.source_acls.is_none()
         {
             units.remove(&unit);
         }
@@ -231,6 +232,25 @@ impl StateCache {
     ) -> Result<()> {
         let value = serde_json::to_vec(acls).expect("bindings serialize");
         self.write(vec![(StateKey::acls(mirror), Some(value))])
+            .await
+    }
+
+    /// The source ACL bindings the last ACL sync of `mirror` read (None: never synced).
+    pub fn source_acls(&self, mirror: &str) -> Option<Vec<kmirror_state::kafka_admin::AclBinding>> {
+        let units = self.units.read().unwrap_or_else(|p| p.into_inner());
+        units
+            .get(&(mirror.to_string(), String::new(), -1))
+            .and_then(|r| r.source_acls.clone())
+    }
+
+    /// Records the source ACL bindings an ACL sync of `mirror` read.
+    pub async fn write_source_acls(
+        self: &Arc<Self>,
+        mirror: &str,
+        acls: &[kmirror_state::kafka_admin::AclBinding],
+    ) -> Result<()> {
+        let value = serde_json::to_vec(acls).expect("bindings serialize");
+        self.write(vec![(StateKey::source_acls(mirror), Some(value))])
             .await
     }
 

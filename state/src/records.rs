@@ -33,6 +33,9 @@ pub enum RecordKind {
     Map,
     /// The destination ACLs kmirror created for a mirror (topic "" and partition -1).
     Acls,
+    /// The source ACLs the mirror's ACL sync last read (those that concern its topics and
+    /// groups; topic "" and partition -1): a failover with the source gone applies them.
+    SourceAcls,
 }
 
 /// The key of a state record. Serialized as JSON with a fixed field order, so equal keys are
@@ -70,6 +73,11 @@ impl StateKey {
     /// The key of a mirror's ACL record.
     pub fn acls(mirror: &str) -> StateKey {
         StateKey::new(RecordKind::Acls, mirror, "", -1)
+    }
+
+    /// The key of a mirror's record of the source ACLs last synced.
+    pub fn source_acls(mirror: &str) -> StateKey {
+        StateKey::new(RecordKind::SourceAcls, mirror, "", -1)
     }
 
     /// The key of map chunk `chunk`.
@@ -446,6 +454,8 @@ pub fn map_from_chunk_range(
 pub struct PartitionRecords {
     /// ACL bindings kmirror created on the destination (mirror-level record).
     pub acls: Option<Vec<crate::kafka_admin::AclBinding>>,
+    /// The source's ACL bindings the last ACL sync read (mirror-level record).
+    pub source_acls: Option<Vec<crate::kafka_admin::AclBinding>>,
     /// Operator-written lifecycle state.
     pub state: Option<PartitionStateRecord>,
     /// Fetcher-written position.
@@ -479,6 +489,10 @@ impl PartitionRecords {
             }
             (RecordKind::Acls, None) => self.acls = None,
             (RecordKind::Acls, Some(v)) => self.acls = Some(serde_json::from_slice(v)?),
+            (RecordKind::SourceAcls, None) => self.source_acls = None,
+            (RecordKind::SourceAcls, Some(v)) => {
+                self.source_acls = Some(serde_json::from_slice(v)?)
+            }
         }
         Ok(())
     }

@@ -105,6 +105,25 @@ pub fn plan(
     out
 }
 
+/// The source bindings [`plan`] reads for these topics and groups: kept in the state topic, so
+/// that a failover with the source gone can still apply them.
+pub fn relevant(
+    source: &[AclBinding],
+    topics: &BTreeMap<String, PlannedTopic>,
+    groups: &Selector,
+) -> Vec<AclBinding> {
+    let wanted: BTreeSet<AclBinding> = source
+        .iter()
+        .filter(|b| match b.resource_type {
+            ResourceType::Topic => topics.keys().any(|src| covers(b, src)),
+            ResourceType::Group => b.pattern == PatternType::Literal && groups.matches(&b.name),
+            _ => false,
+        })
+        .cloned()
+        .collect();
+    wanted.into_iter().collect()
+}
+
 /// What to create and what to delete: create what is wanted and missing; delete only bindings
 /// kmirror created earlier that are no longer wanted.
 pub fn changes(
@@ -151,6 +170,58 @@ mod tests {
                 writable,
             },
         )])
+    }
+
+    #[test]
+    fn the_kept_source_set_is_what_the_plan_reads_and_plans_the_same() {
+        let include = [kmirror_crds::v1alpha1::NameFilter {
+            prefix: Some("app-".into()),
+            ..Default::default()
+        }];
+        let groups = Selector::compile(&include, &[], "g", true).unwrap();
+        let t = |name: &str, pattern, op| {
+            acl(ResourceType::Topic, name, pattern, op, Permission::Allow)
+        };
+        let g = |name: &str, pattern| {
+            acl(
+                ResourceType::Group,
+                name,
+                pattern,
+                Operation::Read,
+                Permission::Allow,
+            )
+        };
+        let source = vec![
+            t("orders", PatternType::Literal, Operation::Write),
+            t("ord", PatternType::Prefixed, Operation::Read),
+            t("*", PatternType::Literal, Operation::Describe),
+            t("payments", PatternType::Literal, Operation::Write),
+            g("app-1", PatternType::Literal),
+            g("app-", PatternType::Prefixed),
+            g("other", PatternType::Literal),
+            acl(
+                ResourceType::Cluster,
+                "kafka-cluster",
+                PatternType::Literal,
+                Operation::Create,
+                Permission::Allow,
+            ),
+        ];
+        let kept = relevant(&source, &topics(true), &groups);
+        assert_eq!(
+            kept.iter()
+                .map(|b| b.name.as_str())
+                .collect::<BTreeSet<_>>(),
+            BTreeSet::from(["orders", "ord", "*", "app-1"]),
+            "{kept:?}"
+        );
+        // Planning from the kept set gives what planning from the whole source gives.
+        for writable in [false, true] {
+            assert_eq!(
+                plan(&kept, &topics(writable), &groups, Some("User:mirror")),
+                plan(&source, &topics(writable), &groups, Some("User:mirror"))
+            );
+        }
     }
 
     #[test]

@@ -14,7 +14,7 @@ use kmirror_state::kafka_admin::{
 use kube::ResourceExt;
 use rdkafka::error::RDKafkaErrorCode;
 
-use super::acl_plan::{PlannedTopic, changes, plan};
+use super::acl_plan::{PlannedTopic, changes, plan, relevant};
 use super::{Mirrored, PartResult};
 use crate::clusters::Cluster;
 use crate::context::Context;
@@ -64,15 +64,35 @@ pub fn fetcher_principal(cm: &ClusterMirror) -> Option<String> {
 }
 
 /// Syncs the ACLs of the mirror. `writable` names a source topic to treat as failed over even if
-/// its partitions are not STOPPED yet (the last step of a failover).
-pub async fn sync(scope: &MirrorScope, topics: &[Mirrored], writable: Option<&str>) -> PartResult {
+/// its partitions are not STOPPED yet (the last step of a failover). The source bindings that
+/// concern the mirror are kept in the state topic at every sync; when the source is known down
+/// (`source_down`: it is not even asked) or does not answer, the kept set is used instead, so that
+/// a failover with the source gone still gives the applications their WRITE ACLs.
+pub async fn sync(
+    scope: &MirrorScope,
+    topics: &[Mirrored],
+    writable: Option<&str>,
+    source_down: bool,
+) -> PartResult {
     let (cm, source, destination) = (&scope.mirror, &scope.source, &scope.destination);
     let Some(existing) = all_acls(destination).await? else {
         return Ok(
             "the destination has no authorizer: foreign writes are detected, not prevented".into(),
         );
     };
-    let source_acls = all_acls(source).await?.unwrap_or_default();
+    let kept = scope.cache.source_acls(&scope.key);
+    let read = if source_down {
+        None
+    } else {
+        match all_acls(source).await {
+            Ok(all) => Some(all.unwrap_or_default()),
+            Err(e) if kept.is_some() => {
+                tracing::warn!(error = %e, "source ACLs unreadable; using the set last synced");
+                None
+            }
+            Err(e) => return Err(e.into()),
+        }
+    };
     let planned: BTreeMap<String, PlannedTopic> = topics
         .iter()
         .map(|t| {
@@ -95,6 +115,24 @@ pub async fn sync(scope: &MirrorScope, topics: &[Mirrored], writable: Option<&st
         true,
     )
     .map_err(|e| Cause::Invalid(e.to_string()))?;
+    let (source_acls, from_kept) =
+        match read {
+            Some(all) => {
+                let now = relevant(&all, &planned, &selector);
+                if kept.as_ref() != Some(&now) {
+                    scope.cache.write_source_acls(&scope.key, &now).await?;
+                }
+                (now, false)
+            }
+            None => (
+                kept.ok_or_else(|| {
+                    Cause::Kafka(source.error(
+                        "the source is unreachable and no ACL set was synced from it before",
+                    ))
+                })?,
+                true,
+            ),
+        };
     let wanted = plan(
         &source_acls,
         &planned,
@@ -130,21 +168,28 @@ pub async fn sync(scope: &MirrorScope, topics: &[Mirrored], writable: Option<&st
         tracing::info!(acl = %b, "deleted ACL from the destination");
     }
     Ok(format!(
-        "{} created, {} deleted, {} managed",
+        "{} created, {} deleted, {} managed{}",
         create.len(),
         delete.len(),
-        ours.len()
+        ours.len(),
+        if from_kept {
+            " (from the source ACLs last synced: the source is unreachable)"
+        } else {
+            ""
+        }
     ))
 }
 
-/// Applies the source's WRITE ACLs for a topic being failed over.
+/// Applies the source's WRITE ACLs for a topic being failed over (with the source known down:
+/// the set last synced from it, without asking it).
 pub async fn make_writable(
     ctx: &Context,
     scope: &MirrorScope,
     mt: &MirrorTopic,
+    source_down: bool,
 ) -> Result<(), Cause> {
     let topics = super::mirrored_topics(ctx, &scope.mirror, &scope.cache).await?;
-    let summary = sync(scope, &topics, Some(&mt.spec.source_topic)).await?;
+    let summary = sync(scope, &topics, Some(&mt.spec.source_topic), source_down).await?;
     tracing::info!(topic = %mt.name_any(), "{summary}");
     Ok(())
 }

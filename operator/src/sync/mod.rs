@@ -138,7 +138,10 @@ pub async fn run(ctx: &Context, scope: &MirrorScope) -> Outcomes {
         );
     }
     if spec.acls.enabled {
-        out.insert(SyncPart::Acls, acls::sync(scope, &topics, None).await);
+        out.insert(
+            SyncPart::Acls,
+            acls::sync(scope, &topics, None, false).await,
+        );
     }
     for (part, outcome) in &out {
         ctx.metrics
