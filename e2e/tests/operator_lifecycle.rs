@@ -940,3 +940,100 @@ async fn a_pinned_cluster_id_that_does_not_match_stops_every_topic_and_its_fetch
     assert_eq!(verify_all(bed, &s.ns, "dr", &m.topic, 2), 120);
     s.cleanup().await;
 }
+
+/// A graceful failover of a partition that cannot be drained (FAILED for a foreign write on the
+/// destination): the partition stays FAILED and the status says to fail over immediately — no
+/// fetcher restarted every few seconds against the same refusal. The other partition drains and
+/// stops; the immediate failover then stops the failed one at its last mirrored offset.
+#[tokio::test]
+async fn a_graceful_failover_of_a_partition_that_cannot_drain_stays_failed_without_restarts() {
+    let bed = Testbed::get();
+    ensure_state_topic(bed);
+    let s = Scenario::new(bed, "nodrain").await;
+    let spec = Scenario::mirror_spec(bed);
+    let m = mirrored_topic(bed, &s, "nodrain", 100, 31, spec, Duration::from_secs(90)).await;
+    let source = bed.source_config();
+    // A foreign record on destination partition 0, then more source records: the fetcher of
+    // partition 0 stops for ForeignWrite.
+    produce_all(
+        &bed.dest_config(DestUser::Admin),
+        &m.topic,
+        &mixed_records(1, 1, 0, 32),
+        &[],
+    )
+    .unwrap();
+    produce_all(&source, &m.topic, &mixed_records(20, 2, 0, 33), &[]).unwrap();
+    s.wait_topic(
+        "nodrain",
+        "partition 0 FAILED",
+        Duration::from_secs(60),
+        |t| {
+            t.status.as_ref().is_some_and(|st| {
+                st.partitions
+                    .iter()
+                    .any(|p| p.partition == 0 && p.state == PartitionState::Failed)
+            })
+        },
+    )
+    .await;
+    let topic_spec = |state: &str, mode: &str| json!({"mirror": "dr", "sourceTopic": m.topic, "state": state, "failover": {"mode": mode}});
+    s.apply_topic("nodrain", topic_spec("Stopped", "Graceful"))
+        .await;
+    // For 20 s: partition 0 stays FAILED and gets no fetcher; partition 1 drains and stops.
+    let mut uids = std::collections::BTreeSet::new();
+    let until = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < until {
+        for pod in s.pods().await {
+            let parts = pod
+                .annotations()
+                .get("kmirror.io/partitions")
+                .cloned()
+                .unwrap_or_default();
+            if parts.split(',').any(|p| p == "0") {
+                uids.insert(pod.uid().unwrap_or_default());
+            }
+        }
+        let t = s.topic("nodrain").await.unwrap();
+        let p0 = t.status.as_ref().unwrap().partitions[0].clone();
+        assert_eq!(p0.state, PartitionState::Failed, "{p0:?}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(
+        uids.is_empty(),
+        "{} fetcher pods were started for a partition that cannot drain",
+        uids.len()
+    );
+    let t = s
+        .wait_topic(
+            "nodrain",
+            "partition 1 STOPPED",
+            Duration::from_secs(60),
+            |t| {
+                t.status.as_ref().is_some_and(|st| {
+                    st.partitions
+                        .iter()
+                        .any(|p| p.partition == 1 && p.state == PartitionState::Stopped)
+                })
+            },
+        )
+        .await;
+    let status = t.status.unwrap();
+    let ready = condition(&status.conditions, "Ready").unwrap();
+    assert!(
+        ready.2.contains("spec.failover.mode: Immediate") && ready.2.contains("ForeignWrite"),
+        "the status says how to go on: {ready:?}"
+    );
+    // Immediately, then: STOPPED at the last mirrored offset.
+    s.apply_topic("nodrain", topic_spec("Stopped", "Immediate"))
+        .await;
+    let t = s
+        .wait_topic("nodrain", "STOPPED", Duration::from_secs(60), |t| {
+            all_partitions(t, PartitionState::Stopped, 2)
+        })
+        .await;
+    let p0 = &t.status.unwrap().partitions[0];
+    // 50 copies (0..=49), then the foreign record at 50: the LMO is the last copy, not the
+    // foreign record.
+    assert_eq!(p0.last_mirrored_offset, Some(49), "{p0:?}");
+    s.cleanup().await;
+}

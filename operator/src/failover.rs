@@ -5,7 +5,7 @@
 //! ([`stopped_record`], [`Finish`]); [`finish`] carries it out.
 
 use kmirror_crds::v1alpha1::{MirrorTopic, PartitionState};
-use kmirror_state::records::{PartitionRecords, PartitionStateRecord};
+use kmirror_state::records::{PartitionRecords, PartitionStateRecord, StopReason};
 use kube::ResourceExt;
 
 use crate::context::{Context, Note};
@@ -34,8 +34,21 @@ impl Finish {
 }
 
 /// The last mirrored offset of a partition, from its destination log end and offset map:
-/// `(source offset, destination offset)`, or `None` when nothing was mirrored.
+/// `(source offset, destination offset)`, or `None` when nothing was mirrored. The log end
+/// counts copies a fetcher wrote but did not record before it died; after a foreign write it
+/// also counts the foreign records, so there the end the fetcher recorded when it stopped
+/// bounds it.
 pub fn last_mirrored(records: &PartitionRecords, destination_end: i64) -> Option<(i64, i64)> {
+    let destination_end = match records.position.as_ref() {
+        Some(p)
+            if p.error
+                .as_ref()
+                .is_some_and(|e| e.reason == StopReason::ForeignWrite) =>
+        {
+            destination_end.min(p.destination_offset)
+        }
+        _ => destination_end,
+    };
     let aligned = records
         .position
         .as_ref()
@@ -180,5 +193,27 @@ mod tests {
             ..Default::default()
         });
         assert_eq!(last_mirrored(&r, 20), None, "only placeholders");
+    }
+
+    #[test]
+    fn after_a_foreign_write_the_lmo_ends_where_the_fetcher_stopped() {
+        use kmirror_state::records::FetcherError;
+        let stopped_at = |reason| PartitionRecords {
+            position: Some(PositionRecord {
+                destination_offset: 50,
+                error: Some(FetcherError {
+                    reason,
+                    message: "…".into(),
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        // 50 copies, then one foreign record at 50.
+        let foreign = stopped_at(StopReason::ForeignWrite);
+        assert_eq!(last_mirrored(&foreign, 51), Some((49, 49)));
+        // Other stops: copies the fetcher wrote without recording them still count.
+        let crashed = stopped_at(StopReason::Error);
+        assert_eq!(last_mirrored(&crashed, 53), Some((52, 52)));
     }
 }

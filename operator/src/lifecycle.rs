@@ -124,6 +124,14 @@ pub struct Decision {
 /// The reason given when the source topic is gone for good: the destination is not promoted.
 pub const SOURCE_GONE: &str = "the source topic no longer exists (missing on two looks at the same source cluster); the destination keeps its records and stays read-only: set spec.state: Stopped to fail over and make it writable";
 
+/// Why a graceful failover ended in FAILED: what stopped the fetcher, and the way out.
+fn drain_blocked(text: &str) -> String {
+    format!(
+        "graceful failover cannot drain: {text}; set spec.failover.mode: Immediate to fail over \
+         at the last mirrored offset"
+    )
+}
+
 /// How soon a partition whose source topic was found missing is looked at again.
 pub const MISSING_LOOK_AGAIN: Duration = Duration::from_secs(5);
 
@@ -335,7 +343,20 @@ pub fn decide(o: &Observed<'_>) -> Decision {
             };
             let exited = matches!(o.fetcher, FetcherObservation::Exited { .. });
             let drain = o.mode == FailoverMode::Graceful && !drained && !exited;
-            if drain {
+            let blocked = match &o.fetcher {
+                FetcherObservation::Exited { code, message }
+                    if o.mode == FailoverMode::Graceful && !drained =>
+                {
+                    let (reason, text) = exit_reason(*code, message, o.position);
+                    (!reason.retryable()).then_some((reason, text))
+                }
+                _ => None,
+            };
+            if let Some((reason, text)) = blocked {
+                // The drain cannot go on: FAILED with the reason, not a restart every 2 s.
+                d.remove_exited_pod = true;
+                d.transition = stop(Failed, reason, drain_blocked(&text), -1);
+            } else if drain {
                 d.run_fetcher = true;
                 let waited = Duration::from_millis((o.now_ms - since).max(0) as u64);
                 let lag = match (o.source, o.position) {
@@ -378,7 +399,19 @@ pub fn decide(o: &Observed<'_>) -> Decision {
         }
         Failed => {
             d.remove_exited_pod = matches!(o.fetcher, FetcherObservation::Exited { .. });
-            if o.desired == DesiredState::Stopped {
+            let reason = o.recorded.and_then(|r| r.reason);
+            let cannot_drain = o.desired == DesiredState::Stopped
+                && o.mode == FailoverMode::Graceful
+                && attempt < 0
+                && o.source != SourceObservation::Deleted
+                && reason.is_some_and(|r| !r.retryable());
+            if cannot_drain {
+                d.note = Some(format!(
+                    "a graceful failover cannot drain a partition FAILED for {}: set \
+                     spec.failover.mode: Immediate to fail over at the last mirrored offset",
+                    reason.map_or("an error", StopReason::as_str)
+                ));
+            } else if o.desired == DesiredState::Stopped {
                 d.transition = Some(Transition {
                     to: Stopping,
                     error: o.recorded.and_then(|r| r.error.clone()),
@@ -536,6 +569,69 @@ mod tests {
         assert!(!d.finish_stop, "not before the pod is gone");
         o.fetcher = FetcherObservation::Absent;
         assert!(decide(&o).finish_stop);
+    }
+
+    #[test]
+    fn a_drain_that_cannot_go_on_ends_in_failed_not_in_restarts() {
+        let failed_position = PositionRecord {
+            next_source_offset: 60,
+            status: FetcherStatus::Failed,
+            error: Some(FetcherError {
+                reason: StopReason::ForeignWrite,
+                message: "someone wrote at 60".into(),
+            }),
+            ..Default::default()
+        };
+        let r = record(Stopping, 0, 0);
+        let mut o = observed(Some(&r));
+        o.desired = DesiredState::Stopped;
+        o.position = Some(&failed_position);
+        o.fetcher = FetcherObservation::Exited {
+            code: Some(10),
+            message: None,
+        };
+        let d = decide(&o);
+        let t = d.transition.clone().expect("a transition");
+        assert_eq!(
+            (t.to, t.retry_attempt, t.reason),
+            (Failed, -1, Some(StopReason::ForeignWrite))
+        );
+        assert!(
+            t.error
+                .as_deref()
+                .is_some_and(|e| e.contains("someone wrote at 60")
+                    && e.contains("spec.failover.mode: Immediate")),
+            "{t:?}"
+        );
+        assert!(d.remove_exited_pod && !d.run_fetcher);
+        // A retryable exit during the drain restarts the fetcher as before.
+        o.fetcher = FetcherObservation::Exited {
+            code: Some(1),
+            message: Some("broker down".into()),
+        };
+        o.position = None;
+        assert_eq!(decide(&o).transition, None);
+        // FAILED for good with a graceful failover asked: stays, says how to go on.
+        let mut failed = record(Failed, -1, 0);
+        failed.reason = Some(StopReason::ForeignWrite);
+        let mut o = observed(Some(&failed));
+        o.desired = DesiredState::Stopped;
+        let d = decide(&o);
+        assert_eq!(d.transition, None);
+        assert!(d.note.unwrap().contains("Immediate"));
+        o.mode = FailoverMode::Immediate;
+        assert_eq!(
+            to(&decide(&o)),
+            Some(Stopping),
+            "an immediate failover goes on"
+        );
+        o.mode = FailoverMode::Graceful;
+        o.source = SourceObservation::Deleted;
+        assert_eq!(
+            to(&decide(&o)),
+            Some(Stopping),
+            "nothing to drain from a deleted topic"
+        );
     }
 
     #[test]

@@ -211,7 +211,12 @@ pub fn topic_health(desired: kmirror_crds::v1alpha1::DesiredState, report: &Repo
         .filter(|p| p.retry_attempt == Some(-1))
         .collect();
     if !stuck.is_empty() {
-        return Health::stalled("PartitionFailed", failed_message(report, &stuck));
+        // The notes say what a person can do (e.g. fail over immediately).
+        let mut message = failed_message(report, &stuck);
+        if !report.notes.is_empty() {
+            message = truncate(&format!("{}; {}", report.notes.join("; "), message), 512);
+        }
+        return Health::stalled("PartitionFailed", message);
     }
     if !failed.is_empty() {
         // The notes say when the next retry is due.
