@@ -101,6 +101,8 @@ pub struct Context {
     pub sync_clock: SyncClock,
     /// Source topics found missing, until a second look confirms their deletion.
     pub source_sightings: crate::source_gone::Sightings,
+    /// Failed reconciles in a row, per object, for their retry delay.
+    pub error_backoff: crate::error_backoff::ErrorBackoff,
     status: StatusWriter,
     recorder: Recorder,
 }
@@ -123,6 +125,7 @@ impl Context {
             settings,
             sync_clock: Default::default(),
             source_sightings: Default::default(),
+            error_backoff: Default::default(),
         }
     }
 

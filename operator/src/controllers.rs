@@ -13,6 +13,7 @@ use kube::{Api, ResourceExt};
 
 use crate::context::Context;
 use crate::error::Error;
+use crate::error_backoff::ErrorBackoff;
 use crate::{cluster_mirror, metrics, mirror_topic};
 
 fn api<K>(client: &kube::Client, namespace: Option<&str>) -> Api<K>
@@ -29,8 +30,10 @@ where
     }
 }
 
-fn error_policy<K>(controller: &'static str) -> impl Fn(Arc<K>, &Error, Arc<Context>) -> Action {
-    move |_, error, ctx| {
+fn error_policy<K: ResourceExt>(
+    controller: &'static str,
+) -> impl Fn(Arc<K>, &Error, Arc<Context>) -> Action {
+    move |object, error, ctx| {
         let transient = matches!(error, Error::Finalizer(_));
         if !transient {
             tracing::warn!(controller, error = %error, "reconcile failed");
@@ -42,10 +45,17 @@ fn error_policy<K>(controller: &'static str) -> impl Fn(Arc<K>, &Error, Arc<Cont
                 error: error.label().into(),
             })
             .inc();
+        // Per object, doubling from 2 s to 5 minutes while its reconcile keeps failing (the
+        // failures are counted where the reconcile ends, with an Event each).
+        let key = ErrorBackoff::key(
+            controller,
+            &object.namespace().unwrap_or_default(),
+            &object.name_any(),
+        );
         Action::requeue(if transient {
             Duration::from_secs(2)
         } else {
-            Duration::from_secs(10)
+            ctx.error_backoff.delay_of(&key)
         })
     }
 }

@@ -15,6 +15,7 @@ pub mod context;
 pub mod controllers;
 pub mod destination_topic;
 pub mod error;
+pub mod error_backoff;
 pub mod failback;
 pub mod failover;
 pub mod http;

@@ -12,8 +12,9 @@ use kube::{Api, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::context::Context;
+use crate::context::{Context, Note};
 use crate::error::{Error, Result};
+use crate::error_backoff::{self, ErrorBackoff};
 use crate::metrics::ControllerLabels;
 
 /// How long a waiting cleanup waits before it looks again.
@@ -68,6 +69,8 @@ where
     };
     ctx.metrics.reconciles.get_or_create(&labels).inc();
     let name = object.name_any();
+    let key = ErrorBackoff::key(controller, &object.namespace().unwrap_or_default(), &name);
+    let subject = object.clone();
     let api: Api<K> = Api::namespaced(ctx.client.clone(), &object.namespace().unwrap_or_default());
     let result = finalizer(&api, finalizer_name, object, |event| async {
         match event {
@@ -91,6 +94,27 @@ where
         }
         Err(other) => Err(Error::Finalizer(other.to_string())),
     };
+    match &result {
+        Ok(_) => ctx.error_backoff.succeeded(&key),
+        // The finalizer machinery's own hiccups (a conflict adding it) retry at once.
+        Err(Error::Finalizer(_)) => {}
+        Err(e) => {
+            let failures = ctx.error_backoff.failed(&key);
+            let delay = error_backoff::delay(failures);
+            ctx.publish(
+                subject.as_ref(),
+                &Note::warning(
+                    "ReconcileFailed",
+                    "Reconcile",
+                    format!(
+                        "{e} (failure {failures} in a row; trying again in {}s)",
+                        delay.as_secs()
+                    ),
+                ),
+            )
+            .await;
+        }
+    }
     ctx.metrics
         .duration
         .get_or_create(&labels)
