@@ -16,3 +16,12 @@ pub mod testbed;
 pub mod wire;
 
 pub use testbed::Testbed;
+
+/// Whether a line of `text` (a table a tool printed) starts with these whitespace-separated
+/// cells: a whole-cell match, not a substring (`999` does not match `9990`).
+pub fn has_row(text: &str, cells: &[&str]) -> bool {
+    text.lines().any(|l| {
+        let words: Vec<&str> = l.split_whitespace().collect();
+        words.len() >= cells.len() && words[..cells.len()] == *cells
+    })
+}

@@ -8,13 +8,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use kmirror_crds::v1alpha1::PartitionState;
-use kmirror_e2e::Testbed;
 use kmirror_e2e::fetcher::{ensure_state_topic, target_dir};
 use kmirror_e2e::kafka::{
     DestUser, TestRecord, app_acls, create_topic, mixed_records, produce_all, read_all,
     unique_name, watermarks,
 };
 use kmirror_e2e::operator::{OperatorProcess, Scenario, all_partitions};
+use kmirror_e2e::{Testbed, has_row};
 use kmirror_fetcher::Isolation;
 use kmirror_fetcher::verify::{Side, verify_partition};
 use kmirror_state::kafka_admin::create_acls;
@@ -237,17 +237,18 @@ async fn graceful_failover_resumes_consumers_at_the_same_offsets_and_lets_the_ap
             "app cannot produce to the failed-over topic"
         );
     }
-    // LMOs are reported per partition.
+    // LMOs are reported per partition: a row each, as the status has them.
     let status = s.topic("t").await.unwrap().status.unwrap();
-    let lmos: Vec<i64> = status
-        .partitions
-        .iter()
-        .map(|p| p.last_mirrored_offset.unwrap())
-        .collect();
-    assert!(
-        out.contains(&lmos[0].to_string()),
-        "the plugin prints the last mirrored offsets: {out}"
-    );
+    for p in &status.partitions {
+        let (partition, lmo) = (
+            p.partition.to_string(),
+            p.last_mirrored_offset.unwrap().to_string(),
+        );
+        assert!(
+            has_row(&out, &[&topic, &partition, "STOPPED", &lmo]),
+            "the plugin prints partition {partition}'s last mirrored offset {lmo}: {out}"
+        );
+    }
 
     s.cleanup().await;
 }

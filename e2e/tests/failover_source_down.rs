@@ -5,13 +5,13 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use kmirror_crds::v1alpha1::PartitionState;
-use kmirror_e2e::Testbed;
 use kmirror_e2e::fetcher::{ensure_state_topic, target_dir};
 use kmirror_e2e::kafka::{
     DestUser, app_acls, create_topic, mixed_records, produce_all, unique_name, watermarks,
 };
 use kmirror_e2e::operator::{OperatorProcess, Scenario, all_partitions};
 use kmirror_e2e::testbed::repo_root;
+use kmirror_e2e::{Testbed, has_row};
 use kmirror_state::kafka_admin::{Operation, create_acls, describe_acls};
 use rdkafka::admin::AdminClient;
 use rdkafka::client::DefaultClientContext;
@@ -138,10 +138,12 @@ async fn immediate_failover_with_the_source_down_completes_and_reports_the_lmo()
             p.partition
         );
     }
-    assert!(
-        stdout.contains("999"),
-        "the plugin reports the LMO per partition: {stdout}"
-    );
+    for p in ["0", "1", "2"] {
+        assert!(
+            has_row(&stdout, &[&topic, p, "STOPPED", "999"]),
+            "the plugin reports partition {p}'s LMO: {stdout}"
+        );
+    }
     // The destination is writable for the applications at once.
     assert!(
         app_may(&dest, &topic, Operation::Write),

@@ -14,10 +14,10 @@ use futures::FutureExt;
 use kmirror_crds::v1alpha1::{
     ClusterMirror, DesiredState, DivergencePolicy, FailoverMode, MirrorTopic,
 };
-use kmirror_e2e::Testbed;
 use kmirror_e2e::fetcher::{binary, ensure_state_topic};
 use kmirror_e2e::kafka::{DestUser, create_topic, unique_name};
 use kmirror_e2e::operator::Scenario;
+use kmirror_e2e::{Testbed, has_row};
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 
@@ -143,14 +143,6 @@ async fn topic(s: &Scenario, name: &str) -> MirrorTopic {
     s.topic(name)
         .await
         .unwrap_or_else(|| panic!("MirrorTopic {name} exists"))
-}
-
-/// Whether a line of `text` starts with these whitespace-separated cells.
-fn has_row(text: &str, cells: &[&str]) -> bool {
-    text.lines().any(|l| {
-        let words: Vec<&str> = l.split_whitespace().collect();
-        words.len() >= cells.len() && words[..cells.len()] == *cells
-    })
 }
 
 /// Mirror `dr` with three topics (one with partition status, one pending, one failed) and an
