@@ -30,6 +30,8 @@ pub struct Cluster {
     /// The latest cluster ID answer (None: no answer) and when it came, for checks that run at
     /// every reconcile.
     recent_id: Mutex<Option<(Option<String>, std::time::Instant)>>,
+    /// When a describe last went unanswered (cleared by an answer).
+    unanswered_at: Mutex<Option<std::time::Instant>>,
 }
 
 impl Cluster {
@@ -46,7 +48,24 @@ impl Cluster {
             side,
             key,
             recent_id: Mutex::new(None),
+            unanswered_at: Mutex::new(None),
         }
+    }
+
+    /// Records whether the cluster answered a describe.
+    pub fn note_answer(&self, answered: bool) {
+        *self.unanswered_at.lock().unwrap_or_else(|p| p.into_inner()) =
+            (!answered).then(std::time::Instant::now);
+    }
+
+    /// Whether the cluster left a describe unanswered within the last `within`: reconciles
+    /// then do not wait for it again (a failover with the source down must not pay a timeout
+    /// per step and per partition).
+    pub fn unanswered_within(&self, within: Duration) -> bool {
+        self.unanswered_at
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some_and(|at| at.elapsed() < within)
     }
 
     /// A Kafka error on this cluster.

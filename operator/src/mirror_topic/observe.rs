@@ -28,6 +28,9 @@ pub const ANNOTATION_RETRY: &str = "kmirror.io/retry";
 /// How long describing the source topic may take before the source counts as unreachable.
 pub const SOURCE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How long a source that left a describe unanswered counts as down without being asked again.
+pub const SOURCE_DOWN_MEMO: Duration = Duration::from_secs(10);
+
 /// The source topic as described.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SourceTopic {
@@ -147,15 +150,24 @@ pub async fn observe(ctx: &Context, scope: &MirrorScope, mt: &MirrorTopic) -> Re
     let name = mt.name_any();
     let topic = &mt.spec.source_topic;
     let records = scope.cache.topic(&scope.key, topic);
-    let source = match kafka::describe_topic_within(&scope.source, topic, SOURCE_TIMEOUT).await {
-        Ok(Some(d)) => SourceTopic::Described {
-            partitions: d.partitions,
-            topic_id: d.topic_id,
-        },
-        Ok(None) => SourceTopic::Missing,
-        Err(e) => {
-            tracing::warn!(%name, error = %e, "source unreachable");
-            SourceTopic::Unreachable(e.to_string())
+    let source = if scope.source.unanswered_within(SOURCE_DOWN_MEMO) {
+        SourceTopic::Unreachable(format!(
+            "the source did not answer within the last {}s",
+            SOURCE_DOWN_MEMO.as_secs()
+        ))
+    } else {
+        let described = kafka::describe_topic_within(&scope.source, topic, SOURCE_TIMEOUT).await;
+        scope.source.note_answer(described.is_ok());
+        match described {
+            Ok(Some(d)) => SourceTopic::Described {
+                partitions: d.partitions,
+                topic_id: d.topic_id,
+            },
+            Ok(None) => SourceTopic::Missing,
+            Err(e) => {
+                tracing::warn!(%name, error = %e, "source unreachable");
+                SourceTopic::Unreachable(e.to_string())
+            }
         }
     };
     let destination = match source {
@@ -246,7 +258,13 @@ pub async fn observe(ctx: &Context, scope: &MirrorScope, mt: &MirrorTopic) -> Re
         let recorded = o.records.get(&p).and_then(|r| r.state.as_ref());
         let fetcher = fetcher_of(&o.pods, p, per_pod);
         if needs_source_end(recorded, mt.spec.state, source_obs) {
-            let end = kafka::watermarks(&scope.source, topic, p).await.ok();
+            // A source that did not answer the describe is not asked again per partition (15 s
+            // each): an immediate failover with the source down must not wait for it.
+            let end = if source_obs == SourceObservation::Unreachable {
+                None
+            } else {
+                kafka::watermarks(&scope.source, topic, p).await.ok()
+            };
             o.source_ends.insert(p, end.map(|(_, end)| end));
         }
         if o.state_of(p) == PartitionState::Stopping && fetcher == FetcherObservation::Absent {
