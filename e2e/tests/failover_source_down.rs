@@ -17,6 +17,10 @@ use rdkafka::admin::AdminClient;
 use rdkafka::client::DefaultClientContext;
 use serde_json::json;
 
+/// Partitions of the failed-over topic, and records in each.
+const PARTITIONS: i32 = 100;
+const PER_PARTITION: usize = 30;
+
 struct SourceDown;
 
 impl SourceDown {
@@ -54,10 +58,11 @@ fn app_may(config: &rdkafka::ClientConfig, topic: &str, operation: Operation) ->
     .is_ok_and(|b| !b.is_empty())
 }
 
-/// With the source down, an immediate failover finishes, reports each partition's last mirrored
-/// offset, and makes the destination writable for the applications: their WRITE ACLs come from
-/// the last ACL set synced from the source (kept in the state topic), since the source cannot be
-/// asked. The application principal writes, not a super user.
+/// With the source down, an immediate failover of 100 partitions finishes, reports each
+/// partition's last mirrored offset, and makes the destination writable for the applications:
+/// their WRITE ACLs come from the last ACL set synced from the source (kept in the state topic),
+/// since the source cannot be asked. The application principal writes, not a super user. (The
+/// time it takes is printed: the source is not asked again once it did not answer.)
 #[tokio::test]
 async fn immediate_failover_with_the_source_down_completes_and_reports_the_lmo() {
     let bed = Testbed::get();
@@ -66,7 +71,9 @@ async fn immediate_failover_with_the_source_down_completes_and_reports_the_lmo()
     let topic = unique_name("fo-down");
     let source = bed.source_config();
     let dest = bed.dest_config(DestUser::Admin);
-    create_topic(&source, &topic, 3, &[]).await.unwrap();
+    create_topic(&source, &topic, PARTITIONS, &[])
+        .await
+        .unwrap();
     let admin: AdminClient<DefaultClientContext> = source.create().unwrap();
     create_acls(
         admin.inner(),
@@ -74,17 +81,25 @@ async fn immediate_failover_with_the_source_down_completes_and_reports_the_lmo()
         Duration::from_secs(10),
     )
     .unwrap();
-    produce_all(&source, &topic, &mixed_records(3000, 3, 0, 3), &[]).unwrap();
+    produce_all(
+        &source,
+        &topic,
+        &mixed_records(PER_PARTITION * PARTITIONS as usize, PARTITIONS, 0, 3),
+        &[],
+    )
+    .unwrap();
     let _op = OperatorProcess::spawn(bed, &s.ns, &[]);
-    s.apply_mirror("dr", Scenario::mirror_spec(bed)).await;
+    let mut spec = Scenario::mirror_spec(bed);
+    spec["fetcher"] = json!({"partitionsPerPod": 25});
+    s.apply_mirror("dr", spec).await;
     s.apply_topic("t", json!({"mirror": "dr", "sourceTopic": topic}))
         .await;
-    s.wait_topic("t", "MIRRORING", Duration::from_secs(60), |t| {
-        all_partitions(t, PartitionState::Mirroring, 3)
+    s.wait_topic("t", "MIRRORING", Duration::from_secs(120), |t| {
+        all_partitions(t, PartitionState::Mirroring, PARTITIONS as usize)
     })
     .await;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while (0..3).any(|p| watermarks(&dest, &topic, p).unwrap().1 != 1000) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while (0..PARTITIONS).any(|p| watermarks(&dest, &topic, p).unwrap().1 != PER_PARTITION as i64) {
         assert!(Instant::now() < deadline, "no catch-up");
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
@@ -129,18 +144,24 @@ async fn immediate_failover_with_the_source_down_completes_and_reports_the_lmo()
         started.elapsed()
     );
     let t = s.topic("t").await.unwrap();
-    assert!(all_partitions(&t, PartitionState::Stopped, 3));
+    assert!(all_partitions(
+        &t,
+        PartitionState::Stopped,
+        PARTITIONS as usize
+    ));
     for p in t.status.unwrap().partitions {
         assert_eq!(
             p.last_mirrored_offset,
-            Some(999),
+            Some(PER_PARTITION as i64 - 1),
             "partition {}: LMO reported",
             p.partition
         );
     }
-    for p in ["0", "1", "2"] {
+    let lmo = (PER_PARTITION - 1).to_string();
+    for p in 0..PARTITIONS {
+        let p = p.to_string();
         assert!(
-            has_row(&stdout, &[&topic, p, "STOPPED", "999"]),
+            has_row(&stdout, &[&topic, &p, "STOPPED", &lmo]),
             "the plugin reports partition {p}'s LMO: {stdout}"
         );
     }
@@ -152,7 +173,7 @@ async fn immediate_failover_with_the_source_down_completes_and_reports_the_lmo()
     produce_all(
         &bed.dest_config(DestUser::App),
         &topic,
-        &mixed_records(3, 3, 0, 4),
+        &mixed_records(PARTITIONS as usize, PARTITIONS, 0, 4),
         &[("message.timeout.ms", "10000")],
     )
     .expect("the app writes to the failed-over topic");
