@@ -470,26 +470,33 @@ pub async fn topic_configs(
     Ok(out)
 }
 
-/// What the bed's application principal (`User:app`, [`DestUser::App`]) may do on a source
-/// topic and group: read, write and describe the topic, read the group. Created on the source,
-/// these are the bindings kmirror copies (WRITE withheld while the topic mirrors).
-pub fn app_acls(topic: &str, group: &str) -> Vec<kmirror_state::kafka_admin::AclBinding> {
-    use kmirror_state::kafka_admin::{
-        AclBinding, Operation, PatternType, Permission, ResourceType,
-    };
-    let b = |rt, name: &str, op| AclBinding {
-        resource_type: rt,
+/// An ALLOW binding for the bed's application principal (`User:app`) on a literal resource.
+pub fn app_acl(
+    resource_type: kmirror_state::kafka_admin::ResourceType,
+    name: &str,
+    operation: kmirror_state::kafka_admin::Operation,
+) -> kmirror_state::kafka_admin::AclBinding {
+    use kmirror_state::kafka_admin::{AclBinding, PatternType, Permission};
+    AclBinding {
+        resource_type,
         name: name.into(),
         pattern: PatternType::Literal,
         principal: "User:app".into(),
         host: "*".into(),
-        operation: op,
+        operation,
         permission: Permission::Allow,
-    };
+    }
+}
+
+/// What the bed's application principal (`User:app`, [`DestUser::App`]) may do on a source
+/// topic and group: read, write and describe the topic, read the group. Created on the source,
+/// these are the bindings kmirror copies (WRITE withheld while the topic mirrors).
+pub fn app_acls(topic: &str, group: &str) -> Vec<kmirror_state::kafka_admin::AclBinding> {
+    use kmirror_state::kafka_admin::{Operation, ResourceType};
     vec![
-        b(ResourceType::Topic, topic, Operation::Read),
-        b(ResourceType::Topic, topic, Operation::Write),
-        b(ResourceType::Topic, topic, Operation::Describe),
-        b(ResourceType::Group, group, Operation::Read),
+        app_acl(ResourceType::Topic, topic, Operation::Read),
+        app_acl(ResourceType::Topic, topic, Operation::Write),
+        app_acl(ResourceType::Topic, topic, Operation::Describe),
+        app_acl(ResourceType::Group, group, Operation::Read),
     ]
 }

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use kmirror_crds::v1alpha1::PartitionState;
 use kmirror_e2e::Testbed;
 use kmirror_e2e::fetcher::{ensure_state_topic, verify};
+use kmirror_e2e::kafka::app_acl as acl;
 use kmirror_e2e::kafka::{
     DestUser, create_topic, delete_topic, mixed_records, produce_all, topic_configs, unique_name,
     watermarks,
@@ -15,8 +16,7 @@ use kmirror_e2e::kafka::{
 use kmirror_e2e::operator::{OperatorProcess, Scenario, all_partitions, condition};
 use kmirror_fetcher::Isolation;
 use kmirror_state::kafka_admin::{
-    AclBinding, ConfigOp, Operation, PatternType, Permission, ResourceType, alter_topic_configs,
-    create_acls, delete_acls,
+    ConfigOp, Operation, ResourceType, alter_topic_configs, create_acls, delete_acls,
 };
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions};
@@ -273,18 +273,6 @@ async fn group_offsets_are_copied_exactly_and_active_groups_are_skipped() {
     stop.store(true, Ordering::Relaxed);
     member.join().unwrap();
     s.cleanup().await;
-}
-
-fn acl(topic_or_group: ResourceType, name: &str, op: Operation) -> AclBinding {
-    AclBinding {
-        resource_type: topic_or_group,
-        name: name.into(),
-        pattern: PatternType::Literal,
-        principal: "User:app".into(),
-        host: "*".into(),
-        operation: op,
-        permission: Permission::Allow,
-    }
 }
 
 #[tokio::test]
