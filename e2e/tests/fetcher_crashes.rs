@@ -214,3 +214,43 @@ async fn sigterm_under_load_exits_cleanly_and_resumes_exactly() {
     assert_eq!(fetcher.wait(Duration::from_secs(30)), Some(0));
     assert_exact_copy(bed, &source, &mirror, &topic, produced);
 }
+
+/// A fetcher pod deleted while it still waits for its first write lease (the operator replaced
+/// it, or its MirrorTopic went away) stops cleanly at once: exit 0, no claim that the operator
+/// granted nothing for two minutes, and nothing written.
+#[tokio::test]
+async fn sigterm_before_the_first_write_lease_is_a_clean_stop() {
+    let bed = Testbed::get();
+    let (source, topic, mirror) = setup(bed, "lease-wait").await;
+    produce_all(&source, &topic, &mixed_records(30, 3, 0, 5), &[]).unwrap();
+    let mut a = args(bed, &mirror, &topic);
+    // A holder no operator allows: no grant ever comes.
+    a.extend(
+        [
+            "--writer",
+            "nobody-fetcher-0",
+            "--lease-holder-uid",
+            "uid-nobody",
+        ]
+        .iter()
+        .map(|s| s.to_string()),
+    );
+    let mut fetcher = FetcherProcess::spawn(&a);
+    std::thread::sleep(Duration::from_secs(3));
+    fetcher.signal("TERM");
+    let code = fetcher.wait(Duration::from_secs(20));
+    let log = fetcher.log_text();
+    assert_eq!(code, Some(0), "a clean stop: {log}");
+    assert!(
+        !log.contains("no write lease from the operator"),
+        "a stop is no missing grant: {log}"
+    );
+    let dest = bed.dest_config(DestUser::Admin);
+    for p in 0..3 {
+        assert_eq!(
+            watermarks(&dest, &topic, p).unwrap().1,
+            0,
+            "nothing written"
+        );
+    }
+}

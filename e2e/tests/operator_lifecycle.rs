@@ -655,13 +655,41 @@ async fn secret_rotation_replaces_fetchers_and_deletion_cleans_up() {
         "state tombstoned: {state:?}"
     );
 
-    // Deleting the ClusterMirror removes its MirrorTopics.
+    // The state is forgotten, the data is not: a new MirrorTopic of that source topic onto the
+    // same (non-empty) destination topic is refused, with the record count and no write.
     s.apply_topic("u", json!({"mirror": "dr", "sourceTopic": topic}))
         .await;
-    s.wait_topic("u", "MIRRORING", Duration::from_secs(60), |t| {
-        all_partitions(t, PartitionState::Mirroring, 2)
-    })
-    .await;
+    let refused = s
+        .wait_topic(
+            "u",
+            "FAILED DestinationNotEmpty",
+            Duration::from_secs(90),
+            |t| all_partitions(t, PartitionState::Failed, 2),
+        )
+        .await;
+    let errors: Vec<String> = refused
+        .status
+        .as_ref()
+        .map(|st| {
+            st.partitions
+                .iter()
+                .map(|p| p.last_error.clone().unwrap_or_default())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(
+        errors
+            .iter()
+            .all(|e| e.contains("already holds 500 records") && e.contains("no state")),
+        "the refusal names the records and the reason: {errors:?}"
+    );
+    assert_eq!(
+        watermarks(&dest, &topic, 0).unwrap().1,
+        500,
+        "nothing appended to the kept data"
+    );
+
+    // Deleting the ClusterMirror removes its MirrorTopics.
     let mirrors: kube::Api<kmirror_crds::v1alpha1::ClusterMirror> =
         kube::Api::namespaced(s.client.clone(), &s.ns);
     mirrors.delete("dr", &Default::default()).await.unwrap();

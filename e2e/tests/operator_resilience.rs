@@ -235,3 +235,105 @@ async fn leader_election_lets_only_the_leader_write_and_hands_over() {
     .await;
     s.cleanup().await;
 }
+
+/// Two kmirror installations (each its own operator, watching its own namespace) mirror to one
+/// destination with the default state topic, and so share its lease topic. Each leader answers
+/// only its own fetchers' lease requests: no fetcher of either loses its write lease to the
+/// other's answers, over more than two lease durations, and both copy everything.
+#[tokio::test]
+async fn two_installations_on_one_destination_keep_their_own_write_leases() {
+    let bed = Testbed::get();
+    ensure_state_topic(bed);
+    let mut spec = Scenario::mirror_spec(bed);
+    spec["fetcher"] = json!({"partitionsPerPod": 1});
+    let mut installs = Vec::new();
+    for prefix in ["op-two-a", "op-two-b"] {
+        let s = Scenario::new(bed, prefix).await;
+        let operator = OperatorProcess::spawn(bed, &s.ns, &[]);
+        let topic = unique_name("shared-dest");
+        create_topic(&bed.source_config(), &topic, 4, &[])
+            .await
+            .unwrap();
+        produce_all(
+            &bed.source_config(),
+            &topic,
+            &mixed_records(400, 4, 0, 7),
+            &[],
+        )
+        .unwrap();
+        s.apply_mirror("dr", spec.clone()).await;
+        s.apply_topic("t", json!({"mirror": "dr", "sourceTopic": topic}))
+            .await;
+        installs.push((s, operator, topic));
+    }
+    let uids = |pods: Vec<k8s_openapi::api::core::v1::Pod>| -> Vec<String> {
+        let mut u: Vec<String> = pods.into_iter().filter_map(|p| p.metadata.uid).collect();
+        u.sort();
+        u
+    };
+    let mut first = Vec::new();
+    for (s, _, _) in &installs {
+        s.wait_topic("t", "MIRRORING", Duration::from_secs(90), |t| {
+            all_partitions(t, PartitionState::Mirroring, 4)
+        })
+        .await;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let pods = uids(s.pods().await);
+            if pods.len() == 4 {
+                first.push(pods);
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} fetcher pods, not 4",
+                pods.len()
+            );
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
+    // Leases last 30 s and are renewed every 10 s: 75 s are seven renewals per fetcher, each
+    // answered by both leaders' grantors reading the same lease topic.
+    let window = Instant::now();
+    let mut round = 0u64;
+    while window.elapsed() < Duration::from_secs(75) {
+        for (i, (s, _, topic)) in installs.iter().enumerate() {
+            let batch = mixed_records(40, 4, 0, 100 + round);
+            produce_all(&bed.source_config(), topic, &batch, &[]).unwrap();
+            let t = s.topic("t").await.expect("MirrorTopic");
+            assert!(
+                all_partitions(&t, PartitionState::Mirroring, 4),
+                "installation {i} left MIRRORING: {}",
+                serde_json::to_string_pretty(&t.status).unwrap()
+            );
+            assert_eq!(
+                uids(s.pods().await),
+                first[i],
+                "installation {i}'s fetcher pods were replaced (a lost write lease ends a fetcher)"
+            );
+        }
+        round += 1;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let dest = bed.dest_config(DestUser::Admin);
+    for (_, _, topic) in &installs {
+        for p in 0..4 {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            loop {
+                let source_end = watermarks(&bed.source_config(), topic, p).unwrap().1;
+                let copied = watermarks(&dest, topic, p).unwrap().1;
+                if copied == source_end {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "{topic}[{p}]: {copied} of {source_end} records copied"
+                );
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+    }
+    for (s, _, _) in &installs {
+        s.cleanup().await;
+    }
+}

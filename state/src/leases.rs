@@ -240,6 +240,12 @@ impl HolderLeases {
     /// sent, never from when the answer arrived; it never shrinks (a later request's grant
     /// extends it; a grant that leaves a unit out lets its current lease run out).
     pub fn granted(&mut self, seq: u64, units: &[LeaseUnit], duration: Duration) -> bool {
+        // An answer that grants nothing is no answer: the request stays open (and is asked
+        // again), so that a grantor that is not this mirror's, answering first, cannot swallow
+        // the rightful grant.
+        if units.is_empty() {
+            return false;
+        }
         let Some(sent) = self.outstanding.remove(&seq) else {
             return false;
         };
@@ -412,8 +418,31 @@ mod tests {
         assert_eq!(h.standing(&unit(0), t0), LeaseStanding::Writable(until));
         // A grant that leaves the unit out lets it run out rather than ending it.
         let third = h.requesting(t0 + Duration::from_secs(6));
-        assert!(h.granted(third, &[], D));
+        assert!(h.granted(third, &[unit(1)], D));
         assert_eq!(h.standing(&unit(0), t0), LeaseStanding::Writable(until));
+    }
+
+    #[test]
+    fn an_answer_that_grants_nothing_leaves_the_request_to_the_grantor_that_grants() {
+        // A grantor that is not this mirror's (another installation on the same destination)
+        // may answer first with nothing; the rightful grant that follows must still count.
+        let t0 = Instant::now();
+        let mut h = HolderLeases::new(D, SAFETY, 1);
+        let seq = h.requesting(t0);
+        assert!(!h.granted(seq, &[], D), "nothing granted: not an answer");
+        assert!(
+            h.request_due(
+                &[unit(0)],
+                t0 + Duration::from_secs(1),
+                Duration::from_secs(1)
+            ),
+            "still unanswered: asked again"
+        );
+        assert!(h.granted(seq, &[unit(0)], D));
+        assert_eq!(
+            h.standing(&unit(0), t0),
+            LeaseStanding::Writable(t0 + D - SAFETY)
+        );
     }
 
     #[test]

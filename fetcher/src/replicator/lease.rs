@@ -96,13 +96,14 @@ pub(super) struct LeaseHolder {
 }
 
 impl LeaseHolder {
-    /// Starts holding the lease of `config`'s partitions and waits for the first grant.
+    /// Starts holding the lease of `config`'s partitions and waits for the first grant; `None`
+    /// when a shutdown came first (nothing was written: a clean stop).
     pub(super) fn acquire(
         config: &FetcherConfig,
         settings: &LeaseSettings,
         destination: &ClientConfig,
         shutdown: &AtomicBool,
-    ) -> Result<LeaseHolder, Stop> {
+    ) -> Result<Option<LeaseHolder>, Stop> {
         let topic = lease_topic(&config.state_topic);
         let holder = config.writer.clone().unwrap_or_default();
         let lease_error = |source| Stop::Lease {
@@ -156,7 +157,13 @@ impl LeaseHolder {
         };
         let deadline = Instant::now() + FIRST_GRANT_TIMEOUT;
         while !lease.shared.all_writable(Instant::now()) {
-            if shutdown.load(Ordering::Relaxed) || Instant::now() > deadline {
+            if shutdown.load(Ordering::Relaxed) {
+                tracing::info!("stopped before a write lease was granted: nothing written");
+                lease.end(false);
+                return Ok(None);
+            }
+            if Instant::now() > deadline {
+                lease.end(false);
                 return Err(Stop::LeaseNotGranted {
                     waited: FIRST_GRANT_TIMEOUT.as_secs(),
                 });
@@ -164,7 +171,7 @@ impl LeaseHolder {
             std::thread::sleep(Duration::from_millis(50));
         }
         tracing::info!(holder = %lease.holder, "write lease granted");
-        Ok(lease)
+        Ok(Some(lease))
     }
 
     /// The producer to purge the moment the lease runs out.

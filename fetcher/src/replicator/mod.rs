@@ -252,7 +252,8 @@ pub fn run(config: &FetcherConfig, handles: &Handles) -> Outcome {
             let acquired = clients::cluster_config(config, Side::Destination)
                 .and_then(|d| lease::LeaseHolder::acquire(config, settings, &d, &handles.shutdown));
             match acquired {
-                Ok(l) => Some(l),
+                Ok(Some(l)) => Some(l),
+                Ok(None) => return Outcome::Stopped,
                 Err(stop) => return finish::start_failed(config, &stop),
             }
         }

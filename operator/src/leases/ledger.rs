@@ -2,7 +2,7 @@
 //! to (what reconciles allow), which holder was granted each unit until when, and the answers to
 //! requests. Pure: every call is given the time.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use kmirror_state::leases::{LeaseGrant, LeaseRelease, LeaseRequest, LeaseUnit};
@@ -33,6 +33,8 @@ pub struct Hold {
 pub struct Ledger {
     allowed: BTreeMap<Key, Holder>,
     grants: BTreeMap<Key, Hold>,
+    /// The mirrors this operator's reconciles named: only their requests are answered.
+    mirrors: BTreeSet<String>,
 }
 
 impl Ledger {
@@ -40,6 +42,7 @@ impl Ledger {
     /// fetcher pods that exist and are not being deleted): a pod object that went away gets no
     /// more grants from this moment on.
     pub fn keep_pods(&mut self, mirror: &str, topic: &str, pods: &[Holder]) {
+        self.mirrors.insert(mirror.to_string());
         self.allowed
             .retain(|(m, u), h| !(m == mirror && u.topic == topic) || pods.iter().any(|p| p == h));
     }
@@ -47,12 +50,20 @@ impl Ledger {
     /// Sets what `mirror`'s `topic` allows: each partition mirrored by the pod the plan assigns
     /// it to (partitions left out get no grants).
     pub fn allow(&mut self, mirror: &str, topic: &str, assigned: &BTreeMap<i32, Holder>) {
+        self.mirrors.insert(mirror.to_string());
         self.allowed
             .retain(|(m, u), _| !(m == mirror && u.topic == topic));
         for (p, h) in assigned {
             self.allowed
                 .insert((mirror.to_string(), LeaseUnit::new(topic, *p)), h.clone());
         }
+    }
+
+    /// Whether requests of `mirror` are this grantor's to answer: a reconcile of this operator
+    /// named it. Another kmirror installation may share the destination (and so the lease
+    /// topic); its fetchers' requests are left to its own leader.
+    pub fn answers(&self, mirror: &str) -> bool {
+        self.mirrors.contains(mirror)
     }
 
     /// The unexpired grant of a unit at `now`.
@@ -177,6 +188,25 @@ mod tests {
 
     fn assigned(pairs: &[(i32, &Holder)]) -> BTreeMap<i32, Holder> {
         pairs.iter().map(|(p, h)| (*p, (*h).clone())).collect()
+    }
+
+    #[test]
+    fn only_requests_of_mirrors_its_reconciles_named_are_answered() {
+        // Another kmirror installation (other namespaces, its own leader) may share the
+        // destination and so the lease topic: its requests are not this grantor's to answer.
+        let a = pod("t-0", "a");
+        let mut l = Ledger::default();
+        assert!(!l.answers("ns/dr"), "no reconcile named it yet");
+        l.allow("ns/dr", "t", &assigned(&[(0, &a)]));
+        assert!(l.answers("ns/dr"));
+        assert!(!l.answers("other-install/dr"));
+        // A mirror whose pods all went away is still this grantor's: it refuses, explicitly.
+        l.keep_pods("ns/dr", "t", &[]);
+        assert!(l.answers("ns/dr"));
+        assert!(
+            l.answer(&request(&a, &[0]), Instant::now(), D, MARGIN)
+                .is_empty()
+        );
     }
 
     #[test]

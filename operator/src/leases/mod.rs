@@ -159,7 +159,9 @@ fn grant(
             tracing::info!("lease topic read back: granting");
         }
         match polled {
-            Ok(Some(LeaseRecord::Request(r))) if g.caught_up.load(Ordering::SeqCst) => {
+            Ok(Some(LeaseRecord::Request(r)))
+                if g.caught_up.load(Ordering::SeqCst) && g.ledger().answers(&r.mirror) =>
+            {
                 let now = Instant::now();
                 let units = g.ledger().answer(&r, now, g.duration, g.margin);
                 let answer = LeaseRecord::Grant(LeaseGrant {
