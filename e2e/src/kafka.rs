@@ -1,12 +1,16 @@
 //! rdkafka client configurations for every listener and principal of the test bed, and small
 //! helpers tests share (unique names, topic creation).
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::message::Message;
+use rdkafka::{Offset, TopicPartitionList};
 
 use crate::Testbed;
 
@@ -499,4 +503,81 @@ pub fn app_acls(topic: &str, group: &str) -> Vec<kmirror_state::kafka_admin::Acl
         app_acl(ResourceType::Topic, topic, Operation::Describe),
         app_acl(ResourceType::Group, group, Operation::Read),
     ]
+}
+
+/// Consumes `count` records per partition from the start in `group` and commits; returns the
+/// committed offsets.
+pub fn consume_and_commit(
+    config: &ClientConfig,
+    topic: &str,
+    group: &str,
+    partitions: i32,
+    count: i64,
+) -> BTreeMap<i32, i64> {
+    let consumer: BaseConsumer = config
+        .clone()
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition_offset(topic, p, Offset::Beginning)
+            .unwrap();
+    }
+    consumer.assign(&tpl).unwrap();
+    let mut next: BTreeMap<i32, i64> = BTreeMap::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while (0..partitions).any(|p| next.get(&p).copied().unwrap_or(0) < count) {
+        assert!(
+            Instant::now() < deadline,
+            "could not consume {count} records per partition"
+        );
+        if let Some(Ok(m)) = consumer.poll(Duration::from_millis(200))
+            && next.get(&m.partition()).copied().unwrap_or(0) < count
+        {
+            next.insert(m.partition(), m.offset() + 1);
+        }
+    }
+    let mut commit = TopicPartitionList::new();
+    for (p, o) in &next {
+        commit
+            .add_partition_offset(topic, *p, Offset::Offset(*o))
+            .unwrap();
+    }
+    consumer.commit(&commit, CommitMode::Sync).unwrap();
+    next
+}
+
+/// The offsets `group` has committed for `partitions` of `topic` (-1: none).
+pub fn committed_offsets(
+    config: &ClientConfig,
+    group: &str,
+    topic: &str,
+    partitions: i32,
+) -> BTreeMap<i32, i64> {
+    let consumer: BaseConsumer = config
+        .clone()
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition(topic, p);
+    }
+    let committed = consumer
+        .committed_offsets(tpl, Duration::from_secs(15))
+        .expect("committed offsets");
+    (0..partitions)
+        .map(|p| {
+            let offset = committed
+                .find_partition(topic, p)
+                .and_then(|e| e.offset().to_raw())
+                .filter(|o| *o >= 0)
+                .unwrap_or(-1);
+            (p, offset)
+        })
+        .collect()
 }

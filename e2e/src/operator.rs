@@ -35,6 +35,17 @@ pub fn free_port() -> u16 {
 impl OperatorProcess {
     /// Starts an operator watching `namespace`, with extra arguments.
     pub fn spawn(bed: &Testbed, namespace: &str, extra: &[&str]) -> OperatorProcess {
+        Self::spawn_with_env(bed, namespace, extra, &[])
+    }
+
+    /// Starts an operator watching `namespace`, with extra arguments and environment (e.g.
+    /// `KMIRROR_FAILPOINTS`: where it crashes).
+    pub fn spawn_with_env(
+        bed: &Testbed,
+        namespace: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> OperatorProcess {
         let operator = binary("kmirror-operator");
         let log = std::env::temp_dir().join(format!("{}.log", unique_name("operator")));
         let file = std::fs::File::create(&log).expect("operator log");
@@ -51,6 +62,7 @@ impl OperatorProcess {
             .args(extra)
             .env("KUBECONFIG", bed.var("KUBECONFIG"))
             .env("RUST_LOG", "info,kube=warn,librdkafka=warn")
+            .envs(env.iter().copied())
             .stdout(Stdio::from(file.try_clone().expect("log")))
             .stderr(Stdio::from(file))
             .spawn()

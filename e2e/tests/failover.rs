@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use kmirror_crds::v1alpha1::PartitionState;
 use kmirror_e2e::fetcher::{ensure_state_topic, target_dir};
 use kmirror_e2e::kafka::{
-    DestUser, TestRecord, app_acls, create_topic, mixed_records, produce_all, read_all,
-    unique_name, watermarks,
+    DestUser, TestRecord, app_acls, consume_and_commit, create_topic, mixed_records, produce_all,
+    read_all, unique_name, watermarks,
 };
 use kmirror_e2e::operator::{OperatorProcess, Scenario, all_partitions};
 use kmirror_e2e::{Testbed, has_row};
@@ -23,9 +23,8 @@ use kmirror_state::store;
 use rdkafka::ClientConfig;
 use rdkafka::admin::AdminClient;
 use rdkafka::client::DefaultClientContext;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
-use rdkafka::{Offset, TopicPartitionList};
 use serde_json::json;
 
 const T: Duration = Duration::from_secs(15);
@@ -43,51 +42,6 @@ fn plugin(bed: &Testbed, ns: &str, args: &[&str]) -> (i32, String, String) {
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
-}
-
-/// Consumes `count` records per partition from the start in `group` and commits; returns the
-/// committed offsets.
-fn consume_and_commit(
-    config: &ClientConfig,
-    topic: &str,
-    group: &str,
-    partitions: i32,
-    count: i64,
-) -> BTreeMap<i32, i64> {
-    let consumer: BaseConsumer = config
-        .clone()
-        .set("group.id", group)
-        .set("enable.auto.commit", "false")
-        .set("auto.offset.reset", "earliest")
-        .create()
-        .unwrap();
-    let mut tpl = TopicPartitionList::new();
-    for p in 0..partitions {
-        tpl.add_partition_offset(topic, p, Offset::Beginning)
-            .unwrap();
-    }
-    consumer.assign(&tpl).unwrap();
-    let mut next: BTreeMap<i32, i64> = BTreeMap::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while (0..partitions).any(|p| next.get(&p).copied().unwrap_or(0) < count) {
-        assert!(
-            Instant::now() < deadline,
-            "could not consume {count} records per partition"
-        );
-        if let Some(Ok(m)) = consumer.poll(Duration::from_millis(200))
-            && next.get(&m.partition()).copied().unwrap_or(0) < count
-        {
-            next.insert(m.partition(), m.offset() + 1);
-        }
-    }
-    let mut commit = TopicPartitionList::new();
-    for (p, o) in &next {
-        commit
-            .add_partition_offset(topic, *p, Offset::Offset(*o))
-            .unwrap();
-    }
-    consumer.commit(&commit, CommitMode::Sync).unwrap();
-    next
 }
 
 fn keep_producing(

@@ -1,8 +1,17 @@
-//! The end of a failover: once a STOPPING partition's fetcher is gone, its last mirrored offset
-//! (LMO) is derived from the destination log — the checkpoint nothing can contradict — and
-//! persisted; consumer-group offsets get a final sync, WRITE ACLs are applied once the whole
-//! topic is stopped, and the partition goes STOPPED (writable). What to finish is planned
-//! ([`stopped_record`], [`Finish`]); [`finish`] carries it out.
+//! The end of a failover, in an order a crash cannot spoil. Once a STOPPING partition's
+//! fetcher is gone (and its write lease over):
+//! 1. its last mirrored offset (LMO) is derived from the destination log — the checkpoint
+//!    nothing can contradict — and **persisted on the STOPPING record**, before anything can
+//!    write there; a retry reuses it and never reads a log that applications may extend;
+//! 2. the final consumer-group offset sync runs over the partitions whose record does not say
+//!    it ran, and the records then say so (`finalSyncDone`): a retry never runs it again over
+//!    groups that may already consume on the new primary;
+//! 3. once the whole topic is stopped, WRITE ACLs are applied (idempotent);
+//! 4. the partitions go STOPPED (writable).
+//!
+//! What to finish is planned ([`lmo_record`], [`stopped_record`], [`Finish`]); [`finish`]
+//! carries it out. Failpoints (`failover-lmo-recorded`, `failover-groups-synced`,
+//! `failover-writable`, feature `failpoints`) let tests crash the operator between the steps.
 
 use kmirror_crds::v1alpha1::{MirrorTopic, PartitionState};
 use kmirror_state::records::{PartitionRecords, PartitionStateRecord, StopReason};
@@ -10,26 +19,48 @@ use kube::ResourceExt;
 
 use crate::context::{Context, Note};
 use crate::error::{Cause, KafkaError};
+use crate::failpoint::failpoint;
 use crate::scope::MirrorScope;
 use crate::sync;
 
 /// The end of a failover for some STOPPING partitions, as planned.
 #[derive(Debug, Clone)]
 pub struct Finish {
-    /// The STOPPED record of each partition, or why its last mirrored offset is unknown (its
-    /// destination log end could not be read).
-    pub stopped: Vec<(i32, Result<PartitionStateRecord, KafkaError>)>,
+    /// Each partition's STOPPING record carrying its last mirrored offset (as recorded, or
+    /// derived in this reconcile), or why the offset is unknown (its destination log end could
+    /// not be read).
+    pub stopping: Vec<(i32, Result<PartitionStateRecord, KafkaError>)>,
+    /// Some last mirrored offset is derived in this reconcile: persist it before any other step.
+    pub record_lmo: bool,
+    /// Partitions whose final group-offset sync has not run.
+    pub final_sync: Vec<i32>,
     /// Every partition of the topic is STOPPED once these are and ACLs are synced: apply the
     /// source's WRITE ACLs.
     pub make_writable: bool,
     /// The source answered in this reconcile (the final group sync and the WRITE ACLs read it).
     pub source_reachable: bool,
+    /// Now, in milliseconds since the epoch (the STOPPED records' time).
+    pub now_ms: i64,
 }
 
 impl Finish {
     /// The partitions being finished.
     pub fn partitions(&self) -> Vec<i32> {
-        self.stopped.iter().map(|(p, _)| *p).collect()
+        self.stopping.iter().map(|(p, _)| *p).collect()
+    }
+
+    /// The STOPPED records the finish writes last (those whose LMO is known).
+    pub fn stopped(&self) -> Vec<(i32, PartitionStateRecord)> {
+        self.stopping
+            .iter()
+            .filter_map(|(p, r)| {
+                let mut r = r.as_ref().ok()?.clone();
+                if self.final_sync.contains(p) {
+                    r.final_sync_done = true;
+                }
+                Some((*p, stopped_record(&r, self.now_ms)))
+            })
+            .collect()
     }
 }
 
@@ -62,8 +93,14 @@ pub fn last_mirrored(records: &PartitionRecords, destination_end: i64) -> Option
     Some((map.dst_to_src(dst), dst))
 }
 
-/// The STOPPED record of a STOPPING partition whose destination log ends at `destination_end`.
-pub fn stopped_record(
+/// Whether a STOPPING record already carries its last mirrored offset.
+pub fn lmo_recorded(record: &PartitionStateRecord) -> bool {
+    record.state == PartitionState::Stopping && record.last_mirrored_offset.is_some()
+}
+
+/// The STOPPING record of a partition whose fetcher is gone, carrying its last mirrored offset
+/// derived from the destination log end `destination_end` (-1 when nothing was mirrored).
+pub fn lmo_record(
     records: &PartitionRecords,
     destination_end: i64,
     destination_topic: &str,
@@ -72,57 +109,94 @@ pub fn stopped_record(
     let previous = records.state.clone().unwrap_or_default();
     let lmo = last_mirrored(records, destination_end);
     PartitionStateRecord {
-        state: PartitionState::Stopped,
-        state_epoch: previous.state_epoch + 1,
-        retry_attempt: 0,
-        error: previous.error.clone(),
-        reason: previous.reason,
+        state: PartitionState::Stopping,
         last_mirrored_offset: Some(lmo.map_or(-1, |(src, _)| src)),
         last_mirrored_destination_offset: Some(lmo.map_or(-1, |(_, dst)| dst)),
+        final_sync_done: false,
         destination_topic: Some(destination_topic.to_string()),
         source_cluster_id: records
             .position
             .as_ref()
-            .map(|pos| pos.source_cluster_id.clone()),
-        retry_token: previous.retry_token.clone(),
-        drain_target: None,
-        divergence: previous.divergence.clone(),
+            .map(|pos| pos.source_cluster_id.clone())
+            .or(previous.source_cluster_id.clone()),
         updated_at_ms: now_ms,
+        ..previous
     }
 }
 
-/// Finishes the failover of the planned partitions: final group-offset sync, WRITE ACLs, then
-/// the STOPPED records. Returns the records written.
+/// The STOPPED record that ends the failover of a partition whose STOPPING record carries its
+/// last mirrored offset.
+pub fn stopped_record(stopping: &PartitionStateRecord, now_ms: i64) -> PartitionStateRecord {
+    PartitionStateRecord {
+        state: PartitionState::Stopped,
+        state_epoch: stopping.state_epoch + 1,
+        retry_attempt: 0,
+        drain_target: None,
+        updated_at_ms: now_ms,
+        ..stopping.clone()
+    }
+}
+
+/// Finishes the failover of the planned partitions in the order of the module text; every
+/// step whose effect is recorded is skipped by a retry. Returns the STOPPED records written.
 pub async fn finish(
     ctx: &Context,
     scope: &MirrorScope,
     mt: &MirrorTopic,
     plan: &Finish,
 ) -> Result<Vec<(i32, PartitionStateRecord)>, Cause> {
-    let mut writes = Vec::new();
-    for (p, stopped) in &plan.stopped {
-        writes.push((*p, stopped.clone()?));
+    let mut stopping = Vec::new();
+    for (p, record) in &plan.stopping {
+        stopping.push((*p, record.clone()?));
     }
-    // The final group-offset sync must see the topic as it is now; it is best effort when the
-    // source is gone (an immediate failover), and says so.
-    let group_sync = if plan.source_reachable {
-        sync::groups::final_sync(scope, &ctx.metrics, mt).await
-    } else {
-        Err(Cause::Kafka(KafkaError {
-            cluster: "source",
-            message: "the source is unreachable".into(),
-        }))
-    };
-    let group_note = match group_sync {
-        Ok(()) => None,
-        Err(e) => {
+    let topic = &mt.spec.source_topic;
+    // 1. The LMO is durable before anything else happens.
+    if plan.record_lmo {
+        scope
+            .cache
+            .write_states(&scope.key, topic, stopping.clone())
+            .await?;
+        failpoint("failover-lmo-recorded");
+    }
+    // 2. The final group-offset sync of the partitions it has not run for, then the record of
+    //    it. It is best effort when the source is gone (an immediate failover), and says so.
+    if !plan.final_sync.is_empty() {
+        let group_sync = if plan.source_reachable {
+            sync::groups::final_sync(scope, &ctx.metrics, mt, &plan.final_sync).await
+        } else {
+            Err(Cause::Kafka(KafkaError {
+                cluster: "source",
+                message: "the source is unreachable".into(),
+            }))
+        };
+        let note = group_sync.err().map(|e| {
             tracing::warn!(topic = %mt.name_any(), error = %e, "final consumer-group offset sync failed");
-            Some(format!("final consumer-group offset sync failed: {e}"))
+            format!("final consumer-group offset sync failed: {e}")
+        });
+        let synced: Vec<(i32, PartitionStateRecord)> = stopping
+            .iter()
+            .filter(|(p, _)| plan.final_sync.contains(p))
+            .map(|(p, r)| {
+                let mut r = r.clone();
+                r.final_sync_done = true;
+                r.error = r.error.take().or(note.clone());
+                (*p, r)
+            })
+            .collect();
+        scope
+            .cache
+            .write_states(&scope.key, topic, synced.clone())
+            .await?;
+        for (p, r) in synced {
+            if let Some(slot) = stopping.iter_mut().find(|(q, _)| *q == p) {
+                slot.1 = r;
+            }
         }
-    };
+        failpoint("failover-groups-synced");
+    }
+    // 3. WRITE ACLs. With the source gone (an immediate failover) its ACLs are not asked for:
+    //    the set last synced from it applies.
     if plan.make_writable {
-        // With the source gone (an immediate failover) its ACLs are not asked for: the set last
-        // synced from it applies.
         let applied = sync::acls::make_writable(ctx, scope, mt, !plan.source_reachable).await;
         if let Err(e) = applied {
             tracing::warn!(topic = %mt.name_any(), error = %e, "could not apply the source's WRITE ACLs");
@@ -136,13 +210,16 @@ pub async fn finish(
             )
             .await;
         }
+        failpoint("failover-writable");
     }
-    for (_, record) in &mut writes {
-        record.error = record.error.take().or(group_note.clone());
-    }
+    // 4. STOPPED.
+    let writes: Vec<(i32, PartitionStateRecord)> = stopping
+        .iter()
+        .map(|(p, r)| (*p, stopped_record(r, plan.now_ms)))
+        .collect();
     scope
         .cache
-        .write_states(&scope.key, &mt.spec.source_topic, writes.clone())
+        .write_states(&scope.key, topic, writes.clone())
         .await?;
     let summary = writes
         .iter()

@@ -18,6 +18,7 @@ pub mod error;
 pub mod error_backoff;
 pub mod failback;
 pub mod failover;
+pub mod failpoint;
 pub mod http;
 pub mod kafka;
 pub mod leader;

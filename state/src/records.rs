@@ -375,6 +375,11 @@ pub struct PartitionStateRecord {
     /// Destination offset of the record at the LMO (equal to it when offsets are identical).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_mirrored_destination_offset: Option<i64>,
+    /// Failover: the final consumer-group offset sync of this partition ran (or was tried with
+    /// the source gone). Recorded before the topic can become writable, so that a retry never
+    /// runs it again over groups that consume on the new primary.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub final_sync_done: bool,
     /// Graceful failover: the source log end when STOPPING began; drained once mirrored up to it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drain_target: Option<i64>,

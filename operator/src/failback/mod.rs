@@ -9,10 +9,11 @@
 //!   **divergent**; they are copied to a quarantine topic first, reported, and the partition waits
 //!   for `spec.divergencePolicy`: `KeepAndTranslate` (mirror after them, offsets translated
 //!   through the map) or `Recreate` (delete and recreate the topic, then copy everything).
-
 //!
 //! [`observe`] reads what the decision needs, [`plan`] decides (pure), [`execute`] carries out the
-//! planned steps; [`copy`] holds the blocking record copy.
+//! planned steps; [`copy`] holds the blocking record copy. Every step is safe to repeat and a
+//! crash between any two of them is resumed by the next plan (failpoints `failback-*` after
+//! each, for the crash tests).
 
 pub mod copy;
 pub mod plan;
@@ -27,6 +28,7 @@ use kmirror_state::records::{PartitionRecords, RecordKind, StateKey};
 
 use crate::context::Context;
 use crate::error::{Cause, KafkaError};
+use crate::failpoint::failpoint;
 use crate::kafka;
 use crate::scope::{MirrorScope, STATE_LOAD_WAIT};
 use plan::Step;
@@ -209,6 +211,7 @@ pub async fn execute(scope: &MirrorScope, mt: &MirrorTopic, steps: &[Step]) -> R
         match step {
             Step::CreateQuarantine { topic, partitions } => {
                 kafka::create_topic(destination, topic, *partitions, &Default::default()).await?;
+                failpoint("failback-quarantine-created");
             }
             Step::Quarantine {
                 topic: quarantine,
@@ -229,6 +232,7 @@ pub async fn execute(scope: &MirrorScope, mt: &MirrorTopic, steps: &[Step]) -> R
                         message,
                     })?;
                 tracing::info!(topic = %mt.destination_topic(), partition, records = records.len(), %quarantine, "quarantined divergent records");
+                failpoint("failback-quarantined");
             }
             Step::Seed {
                 partition,
@@ -247,12 +251,14 @@ pub async fn execute(scope: &MirrorScope, mt: &MirrorTopic, steps: &[Step]) -> R
                     Some(serde_json::to_vec(position.as_ref()).expect("positions serialize")),
                 ));
                 scope.cache.write_records(batch).await?;
+                failpoint("failback-seeded");
             }
             Step::RecordDivergence(updates) => {
                 scope
                     .cache
                     .write_states(&scope.key, topic, updates.clone())
                     .await?;
+                failpoint("failback-divergence-recorded");
             }
             Step::Recreate {
                 partitions,
@@ -260,7 +266,9 @@ pub async fn execute(scope: &MirrorScope, mt: &MirrorTopic, steps: &[Step]) -> R
                 resolved,
             } => {
                 recreate_destination(scope, mt, *partitions).await?;
+                failpoint("failback-recreated");
                 scope.cache.delete(forget.clone()).await?;
+                failpoint("failback-forgotten");
                 scope
                     .cache
                     .write_states(&scope.key, topic, resolved.clone())

@@ -163,8 +163,38 @@ fn prepare(
     seeded: &mut Vec<(i32, PositionRecord, Vec<MapChunk>)>,
 ) -> Prepared {
     let topic = input.destination_topic;
+    let unresolved = own
+        .state
+        .as_ref()
+        .and_then(|s| s.divergence.clone())
+        .filter(|d| d.resolution.is_none());
+    // A divergence fully quarantined under `Recreate` waits for the topic's recreate, whatever
+    // the log shows now: after a crash inside the recreate the topic may be empty already.
+    let recreating = unresolved
+        .as_ref()
+        .is_some_and(|d| d.quarantined >= d.records)
+        && input.policy == Some(DivergencePolicy::Recreate);
+    if recreating {
+        return Prepared::Blocked {
+            note: "recreating the destination topic".into(),
+            divergence: None,
+        };
+    }
     let c = match facts {
-        Facts::Prepared => return Prepared::Ready,
+        // Seeded. After a crash between the seed and the record of a kept divergence, that
+        // record is written now (else the partition would wait for a policy forever).
+        Facts::Prepared => {
+            return match unresolved {
+                Some(mut d) if input.policy == Some(DivergencePolicy::KeepAndTranslate) => {
+                    d.resolution = Some("kept".into());
+                    Prepared::Blocked {
+                        note: "divergent records kept".into(),
+                        divergence: Some(d),
+                    }
+                }
+                _ => Prepared::Ready,
+            };
+        }
         Facts::NoForwardRecord => {
             return Prepared::Refused(format!(
                 "no failover record of mirror {} for topic {topic} partition {partition} in {} on the source: \

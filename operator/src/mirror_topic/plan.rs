@@ -21,7 +21,7 @@ use super::status::{Report, topic_status};
 use crate::context::Note;
 use crate::error::KafkaError;
 use crate::failback::plan::{self as failback_plan, SourceIds};
-use crate::failover::{Finish, stopped_record};
+use crate::failover::{Finish, lmo_record, lmo_recorded};
 use crate::leases::ledger::Holder;
 use crate::lifecycle::{Decision, Observed, SourceObservation, decide, settled_state};
 use crate::pods::{FetcherPod, fnv1a, group_of, groups, pod_name};
@@ -201,13 +201,21 @@ fn transition_record(
     t: &crate::lifecycle::Transition,
 ) -> PartitionStateRecord {
     use PartitionState::*;
+    let fresh_stop = t.to == Stopping && previous.state != Stopping;
     PartitionStateRecord {
         state: t.to,
         state_epoch: previous.state_epoch + 1,
         retry_attempt: t.retry_attempt,
         error: t.error.clone(),
         reason: t.reason,
-        last_mirrored_offset: previous.last_mirrored_offset,
+        // A failover that begins now derives its own last mirrored offset (and runs its own
+        // final sync) once its fetcher is gone.
+        last_mirrored_offset: if fresh_stop {
+            None
+        } else {
+            previous.last_mirrored_offset
+        },
+        final_sync_done: !fresh_stop && t.to == Stopping && previous.final_sync_done,
         // A graceful failover drains up to the source end seen when STOPPING began.
         drain_target: if t.to == Stopping && previous.state != Stopping {
             o.source_ends.get(&partition).copied().flatten()
@@ -217,7 +225,11 @@ fn transition_record(
             None
         },
         divergence: previous.divergence.clone(),
-        last_mirrored_destination_offset: previous.last_mirrored_destination_offset,
+        last_mirrored_destination_offset: if fresh_stop {
+            None
+        } else {
+            previous.last_mirrored_destination_offset
+        },
         destination_topic: Some(spec.topic.destination_topic().to_string()),
         source_cluster_id: previous.source_cluster_id.clone(),
         retry_token: if previous.state == Failed && t.to == Preparing {
@@ -325,14 +337,22 @@ pub fn plan(o: &Observation, spec: &Spec<'_>) -> Plan {
                     .as_ref()
                     .is_some_and(|s| s.state == PartitionState::Stopped)
         });
-        let stopped: Vec<(i32, Result<PartitionStateRecord, KafkaError>)> = finishing
+        let mut record_lmo = false;
+        let mut final_sync = Vec::new();
+        let stopping: Vec<(i32, Result<PartitionStateRecord, KafkaError>)> = finishing
             .iter()
             .map(|p| {
                 let r = records.get(p).cloned().unwrap_or_default();
-                let stopped = match o.destination_ends.get(p) {
-                    Some(Ok(end)) => Ok(stopped_record(&r, *end, mt.destination_topic(), o.now_ms)),
-                    Some(Err(e)) => Err(e.clone()),
-                    None => Err(KafkaError {
+                let recorded = r.state.clone().filter(lmo_recorded);
+                let stopping = match (recorded, o.destination_ends.get(p)) {
+                    // A retry: the offset recorded before anything else happened holds.
+                    (Some(recorded), _) => Ok(recorded),
+                    (None, Some(Ok(end))) => {
+                        record_lmo = true;
+                        Ok(lmo_record(&r, *end, mt.destination_topic(), o.now_ms))
+                    }
+                    (None, Some(Err(e))) => Err(e.clone()),
+                    (None, None) => Err(KafkaError {
                         cluster: "destination",
                         message: format!(
                             "the log end of {}[{p}] was not read",
@@ -340,20 +360,26 @@ pub fn plan(o: &Observation, spec: &Spec<'_>) -> Plan {
                         ),
                     }),
                 };
-                (*p, stopped)
+                if let Ok(r) = &stopping
+                    && !r.final_sync_done
+                {
+                    final_sync.push(*p);
+                }
+                (*p, stopping)
             })
             .collect();
         Finish {
-            stopped,
+            stopping,
+            record_lmo,
+            final_sync,
             make_writable: all_stopped && cm.spec.sync.acls.enabled,
             source_reachable: source_state != SourceObservation::Unreachable,
+            now_ms: o.now_ms,
         }
     });
     if let Some(f) = &finish {
-        for (p, r) in &f.stopped {
-            if let Ok(r) = r {
-                records.entry(*p).or_default().state = Some(r.clone());
-            }
+        for (p, r) in f.stopped() {
+            records.entry(p).or_default().state = Some(r);
         }
     }
 

@@ -69,6 +69,17 @@ impl Part {
         self.st().drain_target = Some(end);
         self
     }
+    /// The last mirrored offset a failover recorded on this (STOPPING) record.
+    fn lmo(mut self, src: i64, dst: i64) -> Part {
+        self.st().last_mirrored_offset = Some(src);
+        self.st().last_mirrored_destination_offset = Some(dst);
+        self
+    }
+    /// The failover's final group sync ran.
+    fn final_synced(mut self) -> Part {
+        self.st().final_sync_done = true;
+        self
+    }
     fn since(mut self, ms_ago: i64) -> Part {
         self.st().updated_at_ms = NOW - ms_ago;
         self
@@ -882,10 +893,18 @@ fn cases() -> Vec<Case> {
                 check: Some(|plan| {
                     let f = plan.finish.as_ref().unwrap();
                     assert!(f.make_writable && f.source_reachable);
-                    let r = f.stopped[0].1.as_ref().unwrap();
+                    // First the LMO on the STOPPING record, then the final sync, then STOPPED.
+                    assert!(f.record_lmo);
+                    assert_eq!(f.final_sync, vec![0]);
+                    let lmo = f.stopping[0].1.as_ref().unwrap();
+                    assert_eq!((lmo.state, lmo.state_epoch), (Stopping, 3));
+                    assert_eq!(lmo.last_mirrored_offset, Some(99));
+                    assert!(!lmo.final_sync_done);
+                    let r = &f.stopped()[0].1;
                     assert_eq!((r.state, r.state_epoch), (Stopped, 4));
                     assert_eq!(r.last_mirrored_offset, Some(99));
                     assert_eq!(r.last_mirrored_destination_offset, Some(99));
+                    assert!(r.final_sync_done);
                     assert_eq!(r.drain_target, None);
                     assert_eq!(plan.status.partitions[0].last_mirrored_offset, Some(99));
                 }),
@@ -905,7 +924,8 @@ fn cases() -> Vec<Case> {
                 finish: vec![0],
                 check: Some(|plan| {
                     let f = plan.finish.as_ref().unwrap();
-                    assert!(f.stopped[0].1.is_err());
+                    assert!(f.stopping[0].1.is_err());
+                    assert!(f.stopped().is_empty() && !f.record_lmo);
                     assert_eq!(plan.state_of(0), Stopping, "not STOPPED on paper either");
                 }),
                 ..Want::default()
@@ -963,9 +983,75 @@ fn cases() -> Vec<Case> {
                     let f = plan.finish.as_ref().unwrap();
                     assert!(!f.source_reachable);
                     assert_eq!(
-                        f.stopped[0].1.as_ref().unwrap().last_mirrored_offset,
+                        f.stopping[0].1.as_ref().unwrap().last_mirrored_offset,
                         Some(59)
                     );
+                }),
+                ..Want::default()
+            },
+        },
+        Case {
+            name: "a retry after the LMO was recorded reuses it: the destination may have grown",
+            given: Given {
+                desired: WantStopped,
+                parts: vec![part(0, Stopping).lmo(99, 99).at(100, 100)],
+                // Written by applications after a crash that followed the grant.
+                destination_end: Some(150),
+                ..Given::default()
+            },
+            want: Want {
+                finish: vec![0],
+                requeue_at_most: Some(Duration::ZERO),
+                ready_reason: Some("Stopped"),
+                check: Some(|plan| {
+                    let f = plan.finish.as_ref().unwrap();
+                    assert!(!f.record_lmo, "recorded already");
+                    assert_eq!(f.final_sync, vec![0], "the sync did not run yet");
+                    assert_eq!(f.stopped()[0].1.last_mirrored_offset, Some(99));
+                }),
+                ..Want::default()
+            },
+        },
+        Case {
+            name: "a retry after the final sync ran never runs it again",
+            given: Given {
+                desired: WantStopped,
+                parts: vec![part(0, Stopping).lmo(99, 99).final_synced().at(100, 100)],
+                destination_end: Some(150),
+                ..Given::default()
+            },
+            want: Want {
+                finish: vec![0],
+                requeue_at_most: Some(Duration::ZERO),
+                ready_reason: Some("Stopped"),
+                check: Some(|plan| {
+                    let f = plan.finish.as_ref().unwrap();
+                    assert!(!f.record_lmo && f.final_sync.is_empty());
+                    assert!(f.make_writable, "the grant is idempotent: applied again");
+                    let r = &f.stopped()[0].1;
+                    assert_eq!((r.state, r.last_mirrored_offset), (Stopped, Some(99)));
+                }),
+                ..Want::default()
+            },
+        },
+        Case {
+            name: "a new failover forgets the last mirrored offset of an earlier one",
+            given: Given {
+                desired: WantStopped,
+                mode: Immediate,
+                parts: vec![part(0, Mirroring).lmo(40, 40).final_synced().at(60, 100)],
+                pods: vec![pod(0, &[0])],
+                ..Given::default()
+            },
+            want: Want {
+                writes: vec![(0, Stopping)],
+                delete: vec!["orders-fetcher-0"],
+                events: vec!["PartitionStopping"],
+                check: Some(|plan| {
+                    let r = record(plan, 0);
+                    assert_eq!(r.last_mirrored_offset, None);
+                    assert_eq!(r.last_mirrored_destination_offset, None);
+                    assert!(!r.final_sync_done);
                 }),
                 ..Want::default()
             },
@@ -1262,6 +1348,53 @@ fn cases() -> Vec<Case> {
                     };
                     let d = resolved[0].1.divergence.as_ref().unwrap();
                     assert_eq!(d.resolution.as_deref(), Some("recreated"));
+                }),
+                ..Want::default()
+            },
+        },
+        Case {
+            name: "failback crashed after seeding a kept divergence: the resolution is recorded, no wait forever",
+            given: Given {
+                reverse_of: Some("ns/dr"),
+                policy: Some(DivergencePolicy::KeepAndTranslate),
+                // The seed (position) is durable; the record saying "kept" is not.
+                parts: vec![part(0, Preparing).divergence(divergence(3, None))],
+                failback: vec![(0, Facts::Prepared)],
+                ..Given::default()
+            },
+            want: Want {
+                failback: vec!["record-divergence"],
+                ready_message: Some("divergent records kept"),
+                check: Some(|plan| {
+                    let Step::RecordDivergence(d) = &plan.failback.steps[0] else {
+                        panic!("divergence recorded")
+                    };
+                    let d = d[0].1.divergence.as_ref().unwrap();
+                    assert_eq!(d.resolution.as_deref(), Some("kept"));
+                }),
+                ..Want::default()
+            },
+        },
+        Case {
+            name: "failback crashed after recreating the topic and forgetting positions: the recreate finishes, nothing refused",
+            given: Given {
+                reverse_of: Some("ns/dr"),
+                policy: Some(DivergencePolicy::Recreate),
+                // The topic is recreated (empty) and the positions are gone; the records saying
+                // "recreated" are not durable.
+                parts: vec![part(0, Preparing).divergence(divergence(3, None))],
+                failback: vec![(0, compared(9, 0, 0))],
+                ..Given::default()
+            },
+            want: Want {
+                failback: vec!["recreate"],
+                events: vec!["DivergenceResolved"],
+                check: Some(|plan| {
+                    assert!(
+                        !matches!(plan.failback.gates[&0], FailbackGate::Refuse(_)),
+                        "{:?}",
+                        plan.failback.gates[&0]
+                    );
                 }),
                 ..Want::default()
             },

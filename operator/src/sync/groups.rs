@@ -9,6 +9,7 @@ use std::time::Duration;
 use kmirror_crds::filter::Selector;
 use kmirror_crds::v1alpha1::MirrorTopic;
 use kmirror_state::offset_map::OffsetMap;
+use kmirror_state::records::PartitionRecords;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
@@ -94,16 +95,25 @@ pub fn translate(map: &OffsetMap, committed: i64, destination: (i64, i64)) -> i6
         .clamp(destination.0, destination.1)
 }
 
-fn plans(cache: &StateCache, topics: &[&MirrorTopic]) -> Vec<TopicPlan> {
+fn plans(
+    cache: &StateCache,
+    topics: &[&MirrorTopic],
+    include: impl Fn(i32, &PartitionRecords) -> bool,
+) -> Vec<TopicPlan> {
     topics
         .iter()
         .map(|t| {
             let records = cache.topic(&t.mirror_key(), &t.spec.source_topic);
+            let chosen: BTreeMap<i32, &PartitionRecords> = records
+                .iter()
+                .filter(|(p, r)| include(**p, r))
+                .map(|(p, r)| (*p, r))
+                .collect();
             TopicPlan {
                 source: t.spec.source_topic.clone(),
                 destination: t.destination_topic().to_string(),
-                partitions: records.keys().copied().collect(),
-                maps: records
+                partitions: chosen.keys().copied().collect(),
+                maps: chosen
                     .iter()
                     .map(|(p, r)| (*p, r.offset_map().unwrap_or_default()))
                     .collect(),
@@ -111,6 +121,14 @@ fn plans(cache: &StateCache, topics: &[&MirrorTopic]) -> Vec<TopicPlan> {
         })
         .filter(|p| !p.partitions.is_empty())
         .collect()
+}
+
+/// Whether a partition's groups are the new primary's: it is STOPPED (writable there), or its
+/// failover ran the final sync already (it may become writable any moment).
+fn failed_over(records: &PartitionRecords) -> bool {
+    records.state.as_ref().is_some_and(|s| {
+        s.state == kmirror_crds::v1alpha1::PartitionState::Stopped || s.final_sync_done
+    })
 }
 
 fn group_consumer(
@@ -235,24 +253,28 @@ fn sync_group(
     Ok(GroupOutcome::Synced)
 }
 
-/// Syncs the groups of the mirror over its mirrored topics that are not failed over (or, with
-/// `only`, over that one topic — the final sync of a failover). Each group that fails counts in
+/// Syncs the groups of the mirror over the partitions of its mirrored topics that are not
+/// failed over (or, with `only`, over those partitions of that one topic — the final sync of a
+/// failover). A partition past its final sync may be written and consumed on the new primary:
+/// its groups are never moved again. Each group that fails counts in
 /// `kmirror_operator_group_sync_failures_total`; the part fails when one did.
 pub async fn sync(
     scope: &MirrorScope,
     metrics: &Metrics,
     topics: &[Mirrored],
-    only: Option<&MirrorTopic>,
+    only: Option<(&MirrorTopic, &[i32])>,
 ) -> PartResult {
-    let chosen: Vec<&MirrorTopic> = match only {
-        Some(t) => vec![t],
-        None => topics
-            .iter()
-            .filter(|t| !t.stopped)
-            .map(|t| &t.topic)
-            .collect(),
+    let plans = match only {
+        Some((t, partitions)) => plans(&scope.cache, &[t], |p, _| partitions.contains(&p)),
+        None => {
+            let chosen: Vec<&MirrorTopic> = topics
+                .iter()
+                .filter(|t| !t.stopped)
+                .map(|t| &t.topic)
+                .collect();
+            plans(&scope.cache, &chosen, |_, r| !failed_over(r))
+        }
     };
-    let plans = plans(&scope.cache, &chosen);
     if plans.is_empty() {
         return Ok("no mirrored topics to sync groups for".into());
     }
@@ -293,16 +315,20 @@ pub async fn sync(
     }
 }
 
-/// The last group-offset sync of a topic being failed over (skipped when disabled).
+/// The last group-offset sync of `partitions` of a topic being failed over (skipped when
+/// disabled).
 pub async fn final_sync(
     scope: &MirrorScope,
     metrics: &Metrics,
     mt: &MirrorTopic,
+    partitions: &[i32],
 ) -> Result<(), Cause> {
     if !scope.mirror.spec.sync.consumer_groups.enabled {
         return Ok(());
     }
-    sync(scope, metrics, &[], Some(mt)).await.map(|_| ())
+    sync(scope, metrics, &[], Some((mt, partitions)))
+        .await
+        .map(|_| ())
 }
 
 #[cfg(test)]
@@ -331,6 +357,28 @@ mod tests {
             8,
             "an offset in a gap resumes at the next record"
         );
+    }
+
+    #[test]
+    fn a_partition_past_its_final_sync_is_never_synced_again() {
+        use kmirror_crds::v1alpha1::PartitionState::*;
+        use kmirror_state::records::PartitionStateRecord;
+        let at = |state, final_sync_done| PartitionRecords {
+            state: Some(PartitionStateRecord {
+                state,
+                final_sync_done,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert!(!failed_over(&PartitionRecords::default()));
+        assert!(!failed_over(&at(Mirroring, false)));
+        assert!(!failed_over(&at(Stopping, false)), "draining: still synced");
+        assert!(
+            failed_over(&at(Stopping, true)),
+            "may become writable any moment"
+        );
+        assert!(failed_over(&at(Stopped, false)));
     }
 
     #[test]
