@@ -287,9 +287,31 @@ async fn forbidden_updates_are_refused_and_allowed_ones_pass() {
         message.contains("a Stopped topic cannot be Paused"),
         "{message}"
     );
-    patch(json!({"state": "Mirroring"}))
+    // Back to Mirroring only deliberately: a GitOps tool re-applying the old manifest (state
+    // Mirroring) must not re-mirror over what applications wrote since the failover.
+    let message = rejection(
+        patch(json!({"state": "Mirroring"})).await,
+        "Stopped -> Mirroring without a resume token",
+    );
+    assert!(
+        message.contains("does not go back to Mirroring by itself")
+            && message.contains("kubectl mirror resume"),
+        "{message}"
+    );
+    patch(json!({"state": "Mirroring", "failover": {"resumeToken": "r1"}}))
         .await
-        .expect("Stopped -> Mirroring");
+        .expect("Stopped -> Mirroring with a new resume token");
+    patch(json!({"state": "Stopped"}))
+        .await
+        .expect("Mirroring -> Stopped again");
+    let message = rejection(
+        patch(json!({"state": "Mirroring", "failover": {"resumeToken": "r1"}})).await,
+        "Stopped -> Mirroring with the token of the last resume",
+    );
+    assert!(message.contains("resumeToken"), "{message}");
+    patch(json!({"state": "Mirroring", "failover": {"resumeToken": "r2"}}))
+        .await
+        .expect("a second deliberate resume");
 
     // A ClusterMirror keeps the destination cluster, its state topic and what it reverses: the
     // state records, fetchers and topics all hang on them. Credentials and tuning may change.

@@ -63,9 +63,18 @@ use super::partition::PartitionStatus;
         .field_path(".destinationTopic")
         .reason(kube::core::Reason::FieldValueForbidden),
     validation = kube::core::Rule::new("!(oldSelf.state == 'Stopped' && self.state == 'Paused')")
-        .message("a Stopped topic cannot be Paused: set Mirroring to mirror it again")
+        .message("a Stopped topic cannot be Paused: fail back (kubectl mirror failback), or resume it deliberately (kubectl mirror resume)")
         .field_path(".state")
         .reason(kube::core::Reason::FieldValueInvalid),
+    validation = kube::core::Rule::new(
+        "!(oldSelf.state == 'Stopped' && self.state == 'Mirroring') || \
+         (has(self.failover) && has(self.failover.resumeToken) && \
+          (!has(oldSelf.failover) || !has(oldSelf.failover.resumeToken) || \
+           self.failover.resumeToken != oldSelf.failover.resumeToken))"
+    )
+        .message("a failed-over (Stopped) topic does not go back to Mirroring by itself: applications may write to the destination now. Fail back with kubectl mirror failback, or resume deliberately with kubectl mirror resume (it sets a new spec.failover.resumeToken)")
+        .field_path(".state")
+        .reason(kube::core::Reason::FieldValueForbidden),
 )]
 pub struct MirrorTopicSpec {
     /// Name of the `ClusterMirror` (same namespace) this topic belongs to. Immutable.
@@ -115,6 +124,13 @@ pub struct FailoverSpec {
     #[serde(default = "default_drain_timeout")]
     #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h))+$"))]
     pub drain_timeout: String,
+    /// A new value here, in the same change, is what lets `spec.state` go from `Stopped` back to
+    /// `Mirroring` (`kubectl mirror resume` sets it): a deliberate resume of the copy after a
+    /// failover. Without it the API server refuses that change, so that a GitOps tool
+    /// re-applying an older manifest cannot re-mirror over what applications wrote since.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 128))]
+    pub resume_token: Option<String>,
 }
 
 impl Default for FailoverSpec {
@@ -122,6 +138,7 @@ impl Default for FailoverSpec {
         FailoverSpec {
             mode: FailoverMode::default(),
             drain_timeout: default_drain_timeout(),
+            resume_token: None,
         }
     }
 }

@@ -186,7 +186,14 @@ pub async fn set_state(kube: &Kube, args: &TopicArgs, target: Target) -> Result<
             );
         }
     }
-    let patch = json!({"spec": {"state": state}});
+    // A resume of a failed-over topic is deliberate: the API server lets Stopped go back to
+    // Mirroring only with a new resume token.
+    let patch = match target {
+        Target::Resume => {
+            json!({"spec": {"state": state, "failover": {"resumeToken": rfc3339(SystemTime::now())}}})
+        }
+        Target::Pause => json!({"spec": {"state": state}}),
+    };
     patch_each(
         kube,
         &topics,
