@@ -509,3 +509,93 @@ async fn one_shot_group_sync_command_copies_offsets_exactly() {
         vec![Some(123), Some(45)]
     );
 }
+
+/// Once a topic is failed over the destination is the primary: the old source's later ACL
+/// changes and new partitions do not reach it, and deleting its (Stopped) MirrorTopic leaves
+/// the applications' ACLs in place.
+#[tokio::test]
+async fn a_failed_over_topic_no_longer_follows_the_old_source_and_keeps_its_acls() {
+    let bed = Testbed::get();
+    let (s, _op, topic) = mirrored(bed, "sync-after-fo", 2, &[]).await;
+    produce_all(
+        &bed.source_config(),
+        &topic,
+        &mixed_records(100, 2, 0, 71),
+        &[],
+    )
+    .unwrap();
+    let source_acls = kmirror_e2e::kafka::app_acls(&topic, &unique_name("fo-group"));
+    let source_admin: AdminClient<DefaultClientContext> = bed.source_config().create().unwrap();
+    create_acls(source_admin.inner(), &source_acls, TIMEOUT).unwrap();
+    let dest = bed.dest_config(DestUser::Admin);
+    let dest_admin: AdminClient<DefaultClientContext> = dest.create().unwrap();
+    let app_writes = || {
+        kmirror_state::kafka_admin::describe_acls(
+            dest_admin.inner(),
+            &acl(ResourceType::Topic, &topic, Operation::Write),
+            TIMEOUT,
+        )
+        .is_ok_and(|b| !b.is_empty())
+    };
+    s.patch_topic("t", json!({"state": "Stopped", "failover": {"mode": "Immediate"}}))
+        .await;
+    s.wait_topic("t", "STOPPED", Duration::from_secs(90), |t| {
+        all_partitions(t, PartitionState::Stopped, 2)
+    })
+    .await;
+    eventually(
+        "the app may write to the new primary",
+        Duration::from_secs(30),
+        async || app_writes(),
+    )
+    .await;
+
+    // The old source drops the app's WRITE and grows to 4 partitions.
+    delete_acls(
+        source_admin.inner(),
+        &[acl(ResourceType::Topic, &topic, Operation::Write)],
+        TIMEOUT,
+    )
+    .unwrap();
+    source_admin
+        .create_partitions([&NewPartitions::new(&topic, 4)], &AdminOptions::new())
+        .await
+        .unwrap();
+    let partitions = |config: &ClientConfig| -> usize {
+        let c: BaseConsumer = config.create().unwrap();
+        c.fetch_metadata(Some(&topic), TIMEOUT).unwrap().topics()[0]
+            .partitions()
+            .len()
+    };
+    eventually(
+        "the source has 4 partitions",
+        Duration::from_secs(30),
+        async || partitions(&bed.source_config()) == 4,
+    )
+    .await;
+    // Three sync intervals (3 s) and reconciles later, nothing followed.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    assert!(app_writes(), "the app keeps WRITE on the new primary");
+    assert_eq!(partitions(&dest), 2, "the new primary keeps its partitions");
+    let t = s.topic("t").await.unwrap();
+    let st = t.status.as_ref().unwrap();
+    assert!(
+        st.partitions.len() == 2 && all_partitions(&t, PartitionState::Stopped, 2),
+        "{st:?}"
+    );
+
+    // Deleting the failed-over MirrorTopic leaves the applications' ACLs alone.
+    let api: kube::Api<kmirror_crds::v1alpha1::MirrorTopic> =
+        kube::Api::namespaced(s.client.clone(), &s.ns);
+    api.delete("t", &Default::default()).await.unwrap();
+    eventually("the MirrorTopic is gone", Duration::from_secs(60), async || {
+        s.topic("t").await.is_none()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert!(
+        app_writes(),
+        "deleting the MirrorTopic removed the app's WRITE on the new primary"
+    );
+    s.cleanup().await;
+}

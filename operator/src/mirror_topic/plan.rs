@@ -10,7 +10,9 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kmirror_crds::duration::parse_duration;
-use kmirror_crds::v1alpha1::{ClusterMirror, MirrorTopic, MirrorTopicStatus, PartitionState};
+use kmirror_crds::v1alpha1::{
+    ClusterMirror, DesiredState, MirrorTopic, MirrorTopicStatus, PartitionState,
+};
 use kmirror_state::records::{PartitionRecords, PartitionStateRecord};
 use kube::ResourceExt;
 
@@ -248,10 +250,27 @@ pub fn plan(o: &Observation, spec: &Spec<'_>) -> Plan {
     let name = mt.name_any();
     let per_pod = cm.spec.fetcher.partitions_per_pod.max(1);
     let source_state = o.source_observation();
-    let partitions = o.partitions();
     let mut records = o.records.clone();
+    // Once failed over, the destination is the primary: partitions the source adds later are
+    // neither created there nor planned.
+    let failed_over = mt.spec.state == DesiredState::Stopped
+        && !records.is_empty()
+        && records.values().all(|r| {
+            r.state
+                .as_ref()
+                .is_some_and(|s| s.state == PartitionState::Stopped)
+        });
+    let partitions = if failed_over {
+        records.keys().copied().collect()
+    } else {
+        o.partitions()
+    };
 
-    let destination_topic = destination_change(o, source_state);
+    let destination_topic = if failed_over {
+        None
+    } else {
+        destination_change(o, source_state)
+    };
     let failback = failback(o, spec, &partitions, &mut records);
 
     // Decisions.

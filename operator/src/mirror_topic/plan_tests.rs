@@ -748,6 +748,20 @@ fn cases() -> Vec<Case> {
                 ..Want::default()
             },
         },
+        Case {
+            name: "a failed-over topic no longer follows the source's partitions",
+            given: Given {
+                desired: WantStopped,
+                source: Src::Present(3),
+                destination: Some(DestinationTopic::Present(1)),
+                parts: vec![part(0, Stopped).lmo(99, 99)],
+                ..Given::default()
+            },
+            want: Want {
+                ready_reason: Some("Stopped"),
+                ..Want::default()
+            },
+        },
         // -- Pause and resume.
         Case {
             name: "pause: MIRRORING goes PAUSED and its fetcher stops",

@@ -7,11 +7,15 @@
 //!   (failed over), the source's bindings apply unchanged.
 //! - Literal group bindings of included groups are copied.
 //! - The fetcher principal may write to every mirrored topic that is not stopped.
+//! - Once a topic is failed over, its destination bindings are frozen ([`freeze`]): the old
+//!   source's later changes do not reach them, and deleting its `MirrorTopic` leaves them.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use kmirror_crds::filter::Selector;
+use kmirror_crds::v1alpha1::PartitionState;
 use kmirror_state::kafka_admin::{AclBinding, Operation, PatternType, Permission, ResourceType};
+use kmirror_state::records::PartitionRecords;
 
 /// A mirrored topic as the ACL plan sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -122,6 +126,51 @@ pub fn relevant(
         .cloned()
         .collect();
     wanted.into_iter().collect()
+}
+
+/// Destination topics of the mirror that are failed over — every recorded partition STOPPED —
+/// whether their `MirrorTopic` still exists or not (a deleted one keeps its STOPPED records).
+pub fn failed_over(records: &BTreeMap<(String, i32), PartitionRecords>) -> BTreeSet<String> {
+    let mut topics: BTreeMap<&str, (bool, Option<String>)> = BTreeMap::new();
+    for ((topic, p), r) in records {
+        if *p < 0 {
+            continue;
+        }
+        let entry = topics.entry(topic.as_str()).or_insert((true, None));
+        match r
+            .state
+            .as_ref()
+            .filter(|s| s.state == PartitionState::Stopped)
+        {
+            Some(s) => entry.1 = entry.1.take().or(s.destination_topic.clone()),
+            None => entry.0 = false,
+        }
+    }
+    topics
+        .into_iter()
+        .filter(|(_, (stopped, _))| *stopped)
+        .map(|(source, (_, destination))| destination.unwrap_or_else(|| source.to_string()))
+        .collect()
+}
+
+/// Once failed over, a destination topic no longer follows the old source: its bindings stay
+/// what kmirror made them when it failed over — none added, none removed, also when its
+/// `MirrorTopic` is deleted (the applications rely on them).
+pub fn freeze(
+    wanted: BTreeSet<AclBinding>,
+    created_before: &BTreeSet<AclBinding>,
+    frozen: &BTreeSet<String>,
+) -> BTreeSet<AclBinding> {
+    let on_frozen = |b: &AclBinding| {
+        b.resource_type == ResourceType::Topic
+            && b.pattern == PatternType::Literal
+            && frozen.contains(&b.name)
+    };
+    wanted
+        .into_iter()
+        .filter(|b| !on_frozen(b))
+        .chain(created_before.iter().filter(|b| on_frozen(b)).cloned())
+        .collect()
 }
 
 /// What to create and what to delete: create what is wanted and missing; delete only bindings
@@ -344,6 +393,71 @@ mod tests {
                 Operation::IdempotentWrite
             ]
         );
+    }
+
+    #[test]
+    fn failed_over_topics_keep_their_bindings_whatever_the_source_does() {
+        use kmirror_state::records::PartitionStateRecord;
+        let at = |state, destination: Option<&str>| PartitionRecords {
+            state: Some(PartitionStateRecord {
+                state,
+                destination_topic: destination.map(Into::into),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let records: BTreeMap<(String, i32), PartitionRecords> = [
+            (
+                ("a".to_string(), 0),
+                at(PartitionState::Stopped, Some("a-copy")),
+            ),
+            (
+                ("a".to_string(), 1),
+                at(PartitionState::Stopped, Some("a-copy")),
+            ),
+            (("b".to_string(), 0), at(PartitionState::Stopped, None)),
+            (("b".to_string(), 1), at(PartitionState::Stopping, None)),
+            (("c".to_string(), 0), at(PartitionState::Mirroring, None)),
+            // The mirror's own records (ACLs) are no topic.
+            ((String::new(), -1), PartitionRecords::default()),
+        ]
+        .into_iter()
+        .collect();
+        let frozen = failed_over(&records);
+        assert_eq!(frozen, BTreeSet::from(["a-copy".to_string()]));
+
+        let write = |topic: &str| {
+            acl(
+                ResourceType::Topic,
+                topic,
+                PatternType::Literal,
+                Operation::Write,
+                Permission::Allow,
+            )
+        };
+        let read = |topic: &str| {
+            acl(
+                ResourceType::Topic,
+                topic,
+                PatternType::Literal,
+                Operation::Read,
+                Permission::Allow,
+            )
+        };
+        // The source dropped a-copy's WRITE and added a READ; c follows, a-copy does not.
+        let wanted: BTreeSet<AclBinding> = [read("a-copy"), read("c")].into_iter().collect();
+        let created_before: BTreeSet<AclBinding> =
+            [write("a-copy"), write("c")].into_iter().collect();
+        let frozen_plan = freeze(wanted, &created_before, &frozen);
+        assert_eq!(
+            frozen_plan,
+            [write("a-copy"), read("c")]
+                .into_iter()
+                .collect::<BTreeSet<_>>()
+        );
+        // Its MirrorTopic deleted (not planned at all): the bindings stay wanted.
+        let kept = freeze(BTreeSet::new(), &created_before, &frozen);
+        assert!(kept.contains(&write("a-copy")) && !kept.contains(&write("c")));
     }
 
     #[test]

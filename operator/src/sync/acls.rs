@@ -14,7 +14,7 @@ use kmirror_state::kafka_admin::{
 use kube::ResourceExt;
 use rdkafka::error::RDKafkaErrorCode;
 
-use super::acl_plan::{PlannedTopic, changes, plan, relevant};
+use super::acl_plan::{PlannedTopic, changes, failed_over, freeze, plan, relevant};
 use super::{Mirrored, PartResult};
 use crate::clusters::Cluster;
 use crate::context::Context;
@@ -133,14 +133,24 @@ pub async fn sync(
                 true,
             ),
         };
-    let wanted = plan(
-        &source_acls,
-        &planned,
-        &selector,
-        fetcher_principal(cm).as_deref(),
-    );
     let existing: BTreeSet<AclBinding> = existing.into_iter().collect();
     let created_before: BTreeSet<AclBinding> = scope.cache.acls(&scope.key).into_iter().collect();
+    // Failed-over topics keep what they got when they failed over; the one failing over now
+    // gets the source's bindings.
+    let mut frozen = failed_over(&scope.cache.mirror(&scope.key));
+    if let Some(t) = writable.and_then(|w| topics.iter().find(|t| t.topic.spec.source_topic == w)) {
+        frozen.remove(t.topic.destination_topic());
+    }
+    let wanted = freeze(
+        plan(
+            &source_acls,
+            &planned,
+            &selector,
+            fetcher_principal(cm).as_deref(),
+        ),
+        &created_before,
+        &frozen,
+    );
     let (create, delete) = changes(&wanted, &existing, &created_before);
     let d = destination.clone();
     let (c2, d2) = (create.clone(), delete.clone());
