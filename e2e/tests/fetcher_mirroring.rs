@@ -707,3 +707,53 @@ async fn a_pinned_cluster_id_the_cluster_does_not_report_stops_the_fetcher_befor
     fetcher.signal("TERM");
     assert_eq!(fetcher.wait(Duration::from_secs(30)), Some(0));
 }
+
+/// An idle partition's position is rewritten every heartbeat (30 s), unchanged: its age tells
+/// the operator whether the lag it shows is current (a fetcher that stopped reporting shows no
+/// lag, never "caught up").
+#[tokio::test]
+async fn an_idle_partition_position_is_rewritten_every_heartbeat() {
+    let bed = Testbed::get();
+    ensure_state_topic(bed);
+    let source = bed.source_config();
+    let topic = unique_name("heartbeat");
+    topics(bed, &source, &topic, 1, &[]).await;
+    produce_all(&source, &topic, &mixed_records(20, 1, 0, 3), &[]).unwrap();
+    let mirror = format!("e2e/{topic}");
+    let mut fetcher =
+        FetcherProcess::spawn(&fetcher_args(bed, &mirror, &topic, "0", source_args(bed)));
+    wait_until("caught up", Duration::from_secs(60), || {
+        caught_up(bed, &source, &topic, 1, true)
+    });
+    // Settled: the writes that follow a catch-up are over.
+    std::thread::sleep(Duration::from_secs(5));
+    let first = recorded(bed, &mirror, &topic, 0).position.unwrap();
+    // Nothing changes from here on; the heartbeat still rewrites the position.
+    let deadline = Instant::now() + Duration::from_secs(45);
+    let later = loop {
+        let pos = recorded(bed, &mirror, &topic, 0).position.unwrap();
+        if pos.updated_at_ms > first.updated_at_ms {
+            break pos;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the position of an idle partition was not rewritten in 45 s: {}",
+            fetcher.log_text()
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    };
+    assert_eq!(
+        (
+            later.next_source_offset,
+            later.destination_offset,
+            later.status
+        ),
+        (
+            first.next_source_offset,
+            first.destination_offset,
+            FetcherStatus::Running
+        ),
+        "the same position, written again"
+    );
+    fetcher.kill();
+}

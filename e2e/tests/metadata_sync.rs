@@ -537,8 +537,11 @@ async fn a_failed_over_topic_no_longer_follows_the_old_source_and_keeps_its_acls
         )
         .is_ok_and(|b| !b.is_empty())
     };
-    s.patch_topic("t", json!({"state": "Stopped", "failover": {"mode": "Immediate"}}))
-        .await;
+    s.patch_topic(
+        "t",
+        json!({"state": "Stopped", "failover": {"mode": "Immediate"}}),
+    )
+    .await;
     s.wait_topic("t", "STOPPED", Duration::from_secs(90), |t| {
         all_partitions(t, PartitionState::Stopped, 2)
     })
@@ -588,9 +591,11 @@ async fn a_failed_over_topic_no_longer_follows_the_old_source_and_keeps_its_acls
     let api: kube::Api<kmirror_crds::v1alpha1::MirrorTopic> =
         kube::Api::namespaced(s.client.clone(), &s.ns);
     api.delete("t", &Default::default()).await.unwrap();
-    eventually("the MirrorTopic is gone", Duration::from_secs(60), async || {
-        s.topic("t").await.is_none()
-    })
+    eventually(
+        "the MirrorTopic is gone",
+        Duration::from_secs(60),
+        async || s.topic("t").await.is_none(),
+    )
     .await;
     tokio::time::sleep(Duration::from_secs(10)).await;
     assert!(

@@ -21,6 +21,14 @@ use crate::offset_map::{OffsetMap, Segment};
 /// Segments per map record; the last chunk is rewritten as it grows, full chunks never change.
 pub const MAP_CHUNK_SEGMENTS: usize = 1000;
 
+/// A running fetcher writes each partition's position at least this often, changed or not, so
+/// that its age tells whether the lag it shows is current.
+pub const POSITION_HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// A running partition's position older than this shows no lag (unknown): its fetcher has not
+/// reported for three heartbeats.
+pub const POSITION_STALE_AFTER: std::time::Duration = std::time::Duration::from_secs(90);
+
 /// Kinds of state records.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[serde(rename_all = "lowercase")]

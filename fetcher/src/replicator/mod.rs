@@ -170,6 +170,8 @@ struct Unit {
     last_timestamp: Option<i64>,
     records: u64,
     position_dirty: bool,
+    /// When the position was last written (a heartbeat rewrites it when nothing changed).
+    position_written: Instant,
     /// The latest records skipped because the source deleted them before they were copied.
     data_loss: Option<DataLossRecord>,
     /// Since when the source's high watermark has stayed below the next offset.
@@ -202,6 +204,7 @@ impl Unit {
             last_timestamp: None,
             records: 0,
             position_dirty: true,
+            position_written: Instant::now(),
             data_loss: None,
             beyond_end_since: None,
             source_watch: None,

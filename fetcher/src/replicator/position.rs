@@ -2,11 +2,11 @@
 //! chunks that changed are rewritten, straight from the map's segments; chunks that cover only
 //! source offsets below the source log start are removed).
 
-use kmirror_state::records::MAP_CHUNK_SEGMENTS;
 use kmirror_state::records::{
     FetcherError, FetcherStatus, PositionRecord, RecordKind, StateKey, map_chunk, map_chunk_count,
     now_ms,
 };
+use kmirror_state::records::{MAP_CHUNK_SEGMENTS, POSITION_HEARTBEAT};
 use kmirror_state::store::StateWriter;
 
 use super::stop::Stop;
@@ -86,9 +86,25 @@ impl Fetcher<'_> {
         status: FetcherStatus,
         error: Option<FetcherError>,
     ) -> Result<(), Stop> {
-        for unit in self.units.values() {
-            if unit.position_dirty || status != FetcherStatus::Running {
-                self.write_position(unit, status, error.clone())?;
+        // Unchanged positions are rewritten every heartbeat: their age tells the operator
+        // whether the lag it shows is current.
+        let due: Vec<i32> = self
+            .units
+            .iter()
+            .filter(|(_, u)| {
+                u.position_dirty
+                    || status != FetcherStatus::Running
+                    || u.position_written.elapsed() >= POSITION_HEARTBEAT
+            })
+            .map(|(p, _)| *p)
+            .collect();
+        for p in &due {
+            self.write_position(&self.units[p], status, error.clone())?;
+        }
+        let now = std::time::Instant::now();
+        for p in &due {
+            if let Some(unit) = self.units.get_mut(p) {
+                unit.position_written = now;
             }
         }
         for unit in self.units.values_mut() {

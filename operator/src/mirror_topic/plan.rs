@@ -116,7 +116,7 @@ impl Plan {
                 .find(|s| s.partition == *p)
                 .map(|s| s.fetcher_pod.clone())
             {
-                self.report.set(*p, r, pod);
+                self.report.set(*p, r, pod, now.0.as_millisecond());
             }
         }
         if changed {
@@ -491,7 +491,7 @@ pub fn plan(o: &Observation, spec: &Spec<'_>) -> Plan {
         let d = &decisions[&p];
         let r = records.get(&p).cloned().unwrap_or_default();
         let pod = d.run_fetcher.then(|| pod_name(&name, group_of(p, per_pod)));
-        report.set(p, &r, pod);
+        report.set(p, &r, pod, o.now_ms);
         let state = report
             .partitions
             .last()

@@ -8,7 +8,9 @@ use k8s_openapi::jiff::Timestamp;
 use kmirror_crds::v1alpha1::{
     DivergenceStatus, MirrorTopic, MirrorTopicStatus, PartitionState, PartitionStatus,
 };
-use kmirror_state::records::{FetcherStatus, PartitionRecords, StopReason};
+use kmirror_state::records::{
+    FetcherStatus, POSITION_HEARTBEAT, POSITION_STALE_AFTER, PartitionRecords, StopReason,
+};
 
 use crate::lifecycle::settled_state;
 use crate::status::{Health, human_line, phase, set_condition, set_health, truncate};
@@ -32,8 +34,14 @@ pub struct Report {
 
 impl Report {
     /// Adds (or replaces) partition `p`'s status and stop reason, from its records.
-    pub fn set(&mut self, p: i32, records: &PartitionRecords, fetcher_pod: Option<String>) {
-        let status = partition_status(p, records, fetcher_pod);
+    pub fn set(
+        &mut self,
+        p: i32,
+        records: &PartitionRecords,
+        fetcher_pod: Option<String>,
+        now_ms: i64,
+    ) {
+        let status = partition_status(p, records, fetcher_pod, now_ms);
         match stop_reason(records) {
             Some(r) => self.reasons.insert(p, r),
             None => self.reasons.remove(&p),
@@ -87,15 +95,35 @@ pub fn stop_reason(r: &PartitionRecords) -> Option<StopReason> {
     }
 }
 
-/// Projects one partition's status from its records.
+/// How long ago (seconds) the running fetcher of a MIRRORING (or draining) partition last wrote
+/// its position, when that is longer than [`POSITION_STALE_AFTER`]: its lag is not current.
+fn stale_for(r: &PartitionRecords, now_ms: i64) -> Option<i64> {
+    let running = r.state.as_ref().is_some_and(|s| {
+        matches!(
+            s.state,
+            PartitionState::Mirroring | PartitionState::Stopping
+        )
+    });
+    let pos = r
+        .position
+        .as_ref()
+        .filter(|p| p.status == FetcherStatus::Running)?;
+    let age = now_ms - pos.updated_at_ms;
+    (running && age > POSITION_STALE_AFTER.as_millis() as i64).then_some(age / 1000)
+}
+
+/// Projects one partition's status from its records at `now_ms`.
 pub fn partition_status(
     p: i32,
     r: &PartitionRecords,
     fetcher_pod: Option<String>,
+    now_ms: i64,
 ) -> PartitionStatus {
     let state = r.state.as_ref();
     let position = r.position.as_ref();
-    let lag = position.and_then(|pos| {
+    let stale = stale_for(r, now_ms);
+    // A position the fetcher stopped refreshing shows no lag: unknown, never "caught up".
+    let lag = position.filter(|_| stale.is_none()).and_then(|pos| {
         pos.source_high_watermark
             .map(|hw| (hw - pos.source_position.unwrap_or(pos.next_source_offset)).max(0))
     });
@@ -115,6 +143,15 @@ pub fn partition_status(
             })
         })
         .or_else(|| position.and_then(|pos| pos.error.as_ref().map(|e| e.message.clone())))
+        .or_else(|| {
+            stale.map(|age| {
+                format!(
+                    "lag unknown: the fetcher has not reported its position for {age}s \
+                     (it writes one at least every {}s; is it stuck? see its pod's log)",
+                    POSITION_HEARTBEAT.as_secs()
+                )
+            })
+        })
         .map(|e| human_line(&e))
         .filter(|e| !e.is_empty());
     PartitionStatus {
@@ -346,7 +383,7 @@ mod tests {
             }),
             ..Default::default()
         };
-        let s = partition_status(0, &stopped, None);
+        let s = partition_status(0, &stopped, None, 0);
         assert_eq!(
             (s.state, s.state_epoch, s.last_mirrored_offset),
             (PartitionState::Stopped, 4, Some(99))
@@ -364,11 +401,42 @@ mod tests {
             }),
             ..Default::default()
         };
-        let s = partition_status(1, &mirroring, Some("t-fetcher-1".into()));
+        let s = partition_status(1, &mirroring, Some("t-fetcher-1".into()), 0);
         assert_eq!(
             (s.lag, s.fetcher_pod.as_deref()),
             (Some(10), Some("t-fetcher-1"))
         );
+    }
+
+    #[test]
+    fn a_position_the_fetcher_stopped_refreshing_shows_no_lag_and_says_why() {
+        let at = |state, updated_at_ms| PartitionRecords {
+            state: Some(PartitionStateRecord {
+                state,
+                ..Default::default()
+            }),
+            position: Some(PositionRecord {
+                next_source_offset: 100,
+                source_high_watermark: Some(100),
+                updated_at_ms,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let now = 1_000_000_000;
+        let stale = POSITION_STALE_AFTER.as_millis() as i64 + 5_000;
+        let fresh = partition_status(0, &at(PartitionState::Mirroring, now - 1_000), None, now);
+        assert_eq!((fresh.lag, fresh.last_error), (Some(0), None));
+        let old = partition_status(0, &at(PartitionState::Mirroring, now - stale), None, now);
+        assert_eq!(old.lag, None, "not caught up: unknown");
+        let error = old.last_error.unwrap();
+        assert!(
+            error.contains("has not reported its position for 95s"),
+            "{error}"
+        );
+        // A paused or stopped partition has no running fetcher: its last position is final.
+        let paused = partition_status(0, &at(PartitionState::Paused, now - stale), None, now);
+        assert_eq!((paused.lag, paused.last_error), (Some(0), None));
     }
 
     #[test]
@@ -545,7 +613,7 @@ mod tests {
             }),
             ..Default::default()
         };
-        let s = partition_status(0, &records, None);
+        let s = partition_status(0, &records, None, 0);
         assert_eq!(stop_reason(&records), Some(StopReason::SourceDiverged));
         assert_eq!(s.last_error.as_deref(), Some("stopped: x"));
         // A record written before reasons were recorded: the fetcher's position says why.
@@ -568,9 +636,9 @@ mod tests {
         };
         assert_eq!(stop_reason(&old), Some(StopReason::ForeignWrite));
         let mut r = Report::default();
-        r.set(0, &old, None);
+        r.set(0, &old, None, 0);
         assert_eq!(r.reason(&r.partitions[0]), "ForeignWrite");
-        r.set(0, &PartitionRecords::default(), None);
+        r.set(0, &PartitionRecords::default(), None, 0);
         assert_eq!(r.partitions.len(), 1, "replaced, not added");
         assert!(r.reasons.is_empty());
         let mirroring = PartitionRecords {
