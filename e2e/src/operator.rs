@@ -507,3 +507,49 @@ pub fn pods_per_partition(pods: &[Pod]) -> BTreeMap<i32, Vec<String>> {
     }
     out
 }
+
+/// The fetcher *processes* running on this machine for `mirror` (`namespace/name`), by
+/// partition: what a pod listing cannot show (a pod object force-deleted while its process
+/// runs on, a process that outlives its pod). Read from `/proc`.
+pub fn fetcher_processes(mirror: &str) -> BTreeMap<i32, Vec<u32>> {
+    let mut out: BTreeMap<i32, Vec<u32>> = BTreeMap::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(raw) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<String> = raw
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        if !args.first().is_some_and(|a| a.ends_with("kmirror-fetcher")) {
+            continue;
+        }
+        let value = |flag: &str| {
+            args.iter()
+                .position(|a| a == flag)
+                .and_then(|i| args.get(i + 1))
+                .cloned()
+        };
+        if value("--mirror").as_deref() != Some(mirror) {
+            continue;
+        }
+        for p in value("--partitions")
+            .unwrap_or_default()
+            .split(',')
+            .filter_map(|p| p.parse().ok())
+        {
+            out.entry(p).or_default().push(pid);
+        }
+    }
+    out
+}

@@ -16,7 +16,9 @@ use kmirror_e2e::faults::Cluster;
 use kmirror_e2e::faults::{self, create_replicated_topic};
 use kmirror_e2e::fetcher::ensure_state_topic_on;
 use kmirror_e2e::kafka::{DestUser, mixed_records, produce_all, unique_name, watermarks};
-use kmirror_e2e::operator::{OperatorProcess, Scenario, all_partitions, pods_per_partition};
+use kmirror_e2e::operator::{
+    OperatorProcess, Scenario, all_partitions, fetcher_processes, pods_per_partition,
+};
 use kmirror_e2e::soak::verify::verify_topic;
 use kube::Api;
 use rdkafka::ClientConfig;
@@ -119,7 +121,18 @@ async fn a_zombie_fetcher_stops_writing_before_its_replacement_writes() {
     let mut replaced_after = None;
     let mut zombie_ended_after = None;
     // A replacement comes once the zombie's last grant has run out: D + margin = 35 s.
+    let mut zombie_seen = false;
     while injected.elapsed() < Duration::from_secs(75) {
+        // The pod object is gone, yet its process runs: never next to a second process for
+        // the same partitions.
+        let processes = fetcher_processes(&format!("{}/dr", s.ns));
+        if let Some(pids) = processes.get(&0) {
+            assert!(
+                pids.len() <= 1,
+                "partition 0 served by two fetcher processes: {pids:?}"
+            );
+            zombie_seen |= zombie_ended_after.is_none() && pids.len() == 1;
+        }
         if replaced_after.is_none()
             && s.pods().await.iter().any(|p| {
                 p.metadata.name.as_deref() == Some(pod.as_str())
@@ -173,6 +186,7 @@ async fn a_zombie_fetcher_stops_writing_before_its_replacement_writes() {
     }
     assert_eq!(checks.len(), PARTITIONS as usize, "{checks:?}");
     assert_eq!(matched, sent, "every record is on the destination once");
+    assert!(zombie_seen, "the process check saw the zombie's process");
     let replaced_after = replaced_after.expect("a replacement pod was created");
     let zombie_ended_after = zombie_ended_after.expect("the zombie stopped by itself");
     assert!(

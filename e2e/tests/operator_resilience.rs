@@ -10,17 +10,28 @@ use kmirror_e2e::fetcher::{ensure_state_topic, recorded, verify};
 use kmirror_e2e::kafka::{
     DestUser, Rng, create_topic, mixed_records, produce_all, unique_name, watermarks,
 };
-use kmirror_e2e::operator::{OperatorProcess, Scenario, all_partitions, pods_per_partition};
+use kmirror_e2e::operator::{
+    OperatorProcess, Scenario, all_partitions, fetcher_processes, pods_per_partition,
+};
 use kmirror_fetcher::Isolation;
 use kube::Api;
 use serde_json::json;
 
-/// Samples pods continuously and fails if a partition is ever served by two pods.
+/// Samples pods and fetcher processes and fails if a partition is ever served by two pods or
+/// by two running fetcher processes (a pod listing alone cannot see a process that outlives
+/// its pod object).
 async fn check_single_fetcher(s: &Scenario, seen_max: &mut usize) {
     let pods = s.pods().await;
     for (p, names) in pods_per_partition(&pods) {
         assert!(names.len() <= 1, "partition {p} served by {names:?}");
         *seen_max = (*seen_max).max(names.len());
+    }
+    for (p, pids) in fetcher_processes(&format!("{}/dr", s.ns)) {
+        assert!(
+            pids.len() <= 1,
+            "partition {p} served by fetcher processes {pids:?}"
+        );
+        *seen_max = (*seen_max).max(pids.len());
     }
 }
 
@@ -117,7 +128,8 @@ async fn killing_the_operator_at_random_moments_keeps_one_fetcher_per_partition_
             "partition {p}: every transition persisted once"
         );
     }
-    eprintln!("{kills} operator kills; at most {max_seen} pod per partition");
+    assert_eq!(max_seen, 1, "the check saw the fetchers it checks");
+    eprintln!("{kills} operator kills; at most {max_seen} pod or process per partition");
     s.cleanup().await;
 }
 
