@@ -10,8 +10,8 @@ use kmirror_e2e::Testbed;
 use kmirror_e2e::fetcher::{ensure_state_topic, verify};
 use kmirror_e2e::kafka::app_acl as acl;
 use kmirror_e2e::kafka::{
-    DestUser, create_topic, delete_topic, mixed_records, produce_all, topic_configs, unique_name,
-    watermarks,
+    DestUser, committed_offsets, create_topic, delete_topic, mixed_records, produce_all,
+    topic_configs, unique_name, watermarks,
 };
 use kmirror_e2e::operator::{OperatorProcess, Scenario, all_partitions, condition};
 use kmirror_fetcher::Isolation;
@@ -189,17 +189,9 @@ fn commit(config: &ClientConfig, group: &str, topic: &str, offsets: &[(i32, i64)
 }
 
 fn committed(config: &ClientConfig, group: &str, topic: &str, partitions: i32) -> Vec<Option<i64>> {
-    let consumer: BaseConsumer = config.clone().set("group.id", group).create().unwrap();
-    let mut tpl = TopicPartitionList::new();
-    for p in 0..partitions {
-        tpl.add_partition(topic, p);
-    }
-    let c = consumer.committed_offsets(tpl, TIMEOUT).unwrap();
-    (0..partitions)
-        .map(|p| match c.find_partition(topic, p).map(|e| e.offset()) {
-            Some(Offset::Offset(o)) => Some(o),
-            _ => None,
-        })
+    committed_offsets(config, group, topic, partitions)
+        .into_values()
+        .map(|o| (o >= 0).then_some(o))
         .collect()
 }
 
