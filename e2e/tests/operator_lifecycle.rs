@@ -306,10 +306,27 @@ async fn pause_stops_pods_and_resume_loses_nothing() {
     let topic = m.topic.clone();
 
     s.patch_topic("t", json!({"state": "Paused"})).await;
-    s.wait_topic("t", "PAUSED", Duration::from_secs(60), |t| {
-        all_partitions(t, PartitionState::Paused, 2)
-    })
-    .await;
+    // PAUSED means the fetcher is gone: while its process still runs (flushing, persisting its
+    // position) the partition shows PAUSING.
+    let mirror = format!("{}/dr", s.ns);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let t = s.topic("t").await.unwrap();
+        let running = kmirror_e2e::operator::fetcher_processes(&mirror);
+        for p in t.status.iter().flat_map(|st| &st.partitions) {
+            assert!(
+                p.state != PartitionState::Paused || !running.contains_key(&p.partition),
+                "partition {} shows PAUSED while fetcher process {:?} still runs",
+                p.partition,
+                running.get(&p.partition)
+            );
+        }
+        if all_partitions(&t, PartitionState::Paused, 2) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not PAUSED: {:?}", t.status);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let deadline = Instant::now() + Duration::from_secs(60);
     while !s.pods().await.is_empty() {
         assert!(

@@ -226,7 +226,7 @@ pub fn may_enter_stopping(state: PartitionState, desired: DesiredState) -> bool 
     use PartitionState::*;
     match state {
         Unknown | Stopping | Stopped => false,
-        Mirroring | Preparing | Paused | Failed => desired == DesiredState::Stopped,
+        Mirroring | Preparing | Pausing | Paused | Failed => desired == DesiredState::Stopped,
     }
 }
 
@@ -274,7 +274,8 @@ pub fn decide(o: &Observed<'_>) -> Decision {
                 d.transition = go(Stopping, None, attempt);
                 d.run_fetcher = o.mode == FailoverMode::Graceful;
             }
-            DesiredState::Paused => d.transition = go(Paused, None, attempt),
+            // The fetcher stops first; PAUSED once it is gone.
+            DesiredState::Paused => d.transition = go(Pausing, None, attempt),
             DesiredState::Mirroring => match &o.fetcher {
                 FetcherObservation::Exited { code: Some(0), .. } => {
                     // A clean stop nobody asked for (e.g. someone deleted the process): restart.
@@ -327,6 +328,16 @@ pub fn decide(o: &Observed<'_>) -> Decision {
                     _ => d.run_fetcher = true,
                 },
             },
+        },
+        Pausing => match (o.desired, &o.fetcher) {
+            (DesiredState::Stopped, _) => d.transition = go(Stopping, None, attempt),
+            // Its fetcher is gone (a resume asked meanwhile goes on from PAUSED).
+            (_, FetcherObservation::Absent) => d.transition = go(Paused, None, attempt),
+            (_, FetcherObservation::Exited { .. }) => d.remove_exited_pod = true,
+            (_, _) => {
+                d.note = Some("the fetcher is stopping (flushing, persisting its position)".into());
+                d.requeue_after = Some(Duration::from_secs(1));
+            }
         },
         Paused => match o.desired {
             DesiredState::Mirroring => d.transition = go(Preparing, None, attempt),
@@ -508,8 +519,34 @@ mod tests {
         let mut o = observed(Some(&r));
         o.desired = DesiredState::Paused;
         let d = decide(&o);
-        assert_eq!(to(&d), Some(Paused));
+        assert_eq!(to(&d), Some(Pausing), "the fetcher stops first");
         assert!(!d.run_fetcher);
+        // PAUSING while the fetcher still runs or terminates; PAUSED once it is gone.
+        let r = record(Pausing, 0, 0);
+        let mut o = observed(Some(&r));
+        o.desired = DesiredState::Paused;
+        for fetcher in [
+            FetcherObservation::Running { ready: true },
+            FetcherObservation::Terminating,
+        ] {
+            o.fetcher = fetcher;
+            let d = decide(&o);
+            assert_eq!(to(&d), None);
+            assert!(!d.run_fetcher && d.note.is_some());
+        }
+        o.fetcher = FetcherObservation::Exited {
+            code: Some(0),
+            message: None,
+        };
+        assert!(decide(&o).remove_exited_pod);
+        o.fetcher = FetcherObservation::Absent;
+        assert_eq!(to(&decide(&o)), Some(Paused));
+        // A resume asked meanwhile goes on from PAUSED; a failover goes at once.
+        o.desired = DesiredState::Mirroring;
+        assert_eq!(to(&decide(&o)), Some(Paused));
+        o.desired = DesiredState::Stopped;
+        o.fetcher = FetcherObservation::Running { ready: true };
+        assert_eq!(to(&decide(&o)), Some(Stopping));
         let r = record(Paused, 0, 0);
         let o = observed(Some(&r));
         assert_eq!(

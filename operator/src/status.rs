@@ -221,7 +221,7 @@ pub fn phase(partitions: &[PartitionStatus]) -> String {
         first.state
     } else {
         [
-            Failed, Stopping, Preparing, Unknown, Paused, Mirroring, Stopped,
+            Failed, Stopping, Preparing, Pausing, Unknown, Paused, Mirroring, Stopped,
         ]
         .into_iter()
         .find(|s| partitions.iter().any(|p| p.state == *s))
@@ -240,6 +240,7 @@ pub fn count(partitions: impl IntoIterator<Item = PartitionState>) -> PartitionC
             PartitionState::Unknown => c.unknown += 1,
             PartitionState::Preparing => c.preparing += 1,
             PartitionState::Mirroring => c.mirroring += 1,
+            PartitionState::Pausing => c.pausing += 1,
             PartitionState::Paused => c.paused += 1,
             PartitionState::Stopping => c.stopping += 1,
             PartitionState::Stopped => c.stopped += 1,
@@ -256,6 +257,7 @@ pub fn add_counts(a: &PartitionCounts, b: &PartitionCounts) -> PartitionCounts {
         unknown: a.unknown + b.unknown,
         preparing: a.preparing + b.preparing,
         mirroring: a.mirroring + b.mirroring,
+        pausing: a.pausing + b.pausing,
         paused: a.paused + b.paused,
         stopping: a.stopping + b.stopping,
         stopped: a.stopped + b.stopped,

@@ -425,6 +425,9 @@ pub struct PartitionCounts {
     /// In MIRRORING.
     #[serde(default)]
     pub mirroring: i32,
+    /// In PAUSING.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub pausing: i32,
     /// In PAUSED.
     #[serde(default)]
     pub paused: i32,
@@ -477,4 +480,8 @@ pub struct SyncPartStatus {
     /// (active members: g1)`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summary: Option<String>,
+}
+
+fn is_zero(n: &i32) -> bool {
+    *n == 0
 }

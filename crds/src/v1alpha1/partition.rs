@@ -39,7 +39,9 @@ pub enum PartitionState {
     Preparing,
     /// A fetcher copies records.
     Mirroring,
-    /// No fetching; the destination topic stays read-only.
+    /// Pause requested: the fetcher is still stopping (flushing, persisting its position).
+    Pausing,
+    /// No fetching (the fetcher is gone); the destination topic stays read-only.
     Paused,
     /// Failover requested (or source topic deleted): the fetcher stops and the final position is
     /// recorded.
@@ -52,10 +54,11 @@ pub enum PartitionState {
 
 impl PartitionState {
     /// All states, in lifecycle order.
-    pub const ALL: [PartitionState; 7] = [
+    pub const ALL: [PartitionState; 8] = [
         PartitionState::Unknown,
         PartitionState::Preparing,
         PartitionState::Mirroring,
+        PartitionState::Pausing,
         PartitionState::Paused,
         PartitionState::Stopping,
         PartitionState::Stopped,
@@ -68,6 +71,7 @@ impl PartitionState {
             PartitionState::Unknown => "UNKNOWN",
             PartitionState::Preparing => "PREPARING",
             PartitionState::Mirroring => "MIRRORING",
+            PartitionState::Pausing => "PAUSING",
             PartitionState::Paused => "PAUSED",
             PartitionState::Stopping => "STOPPING",
             PartitionState::Stopped => "STOPPED",
@@ -85,10 +89,12 @@ impl PartitionState {
             Unknown => false,
             Preparing => matches!(self, Unknown | Stopped | Failed | Paused),
             Mirroring => self == Preparing,
-            // A topic created (or retried) paused waits in PAUSED without mirroring first.
-            Paused => matches!(self, Mirroring | Preparing),
+            // A pause stops the fetcher first (PAUSING); a topic created (or retried) paused
+            // waits in PAUSED without mirroring first.
+            Pausing => self == Mirroring,
+            Paused => matches!(self, Pausing | Preparing),
             // Failover must stay possible from FAILED (e.g. the source is broken for good).
-            Stopping => matches!(self, Preparing | Mirroring | Paused | Failed),
+            Stopping => matches!(self, Preparing | Mirroring | Pausing | Paused | Failed),
             Stopped => self == Stopping,
             Failed => true,
         }
@@ -179,7 +185,9 @@ mod tests {
         let allowed = [
             (Unknown, Preparing),
             (Preparing, Mirroring),
-            (Mirroring, Paused),
+            (Mirroring, Pausing),
+            (Pausing, Paused),
+            (Pausing, Stopping),
             (Preparing, Paused),
             (Paused, Preparing),
             (Mirroring, Stopping),
@@ -201,6 +209,8 @@ mod tests {
             (Stopped, Paused),
             (Unknown, Paused),
             (Mirroring, Stopped),
+            (Mirroring, Paused),
+            (Pausing, Mirroring),
             (Paused, Mirroring),
             (Failed, Mirroring),
             (Mirroring, Unknown),

@@ -208,6 +208,7 @@ fn count(counts: &mut PartitionCounts, state: PartitionState) {
         PartitionState::Unknown => &mut counts.unknown,
         PartitionState::Preparing => &mut counts.preparing,
         PartitionState::Mirroring => &mut counts.mirroring,
+        PartitionState::Pausing => &mut counts.pausing,
         PartitionState::Paused => &mut counts.paused,
         PartitionState::Stopping => &mut counts.stopping,
         PartitionState::Stopped => &mut counts.stopped,

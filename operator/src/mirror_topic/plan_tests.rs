@@ -764,7 +764,7 @@ fn cases() -> Vec<Case> {
         },
         // -- Pause and resume.
         Case {
-            name: "pause: MIRRORING goes PAUSED and its fetcher stops",
+            name: "pause: MIRRORING goes PAUSING and its fetcher stops",
             given: Given {
                 desired: WantPaused,
                 parts: vec![part(0, Mirroring)],
@@ -772,8 +772,34 @@ fn cases() -> Vec<Case> {
                 ..Given::default()
             },
             want: Want {
-                writes: vec![(0, Paused)],
+                writes: vec![(0, Pausing)],
                 delete: vec!["orders-fetcher-0"],
+                events: vec!["PartitionPausing"],
+                ..Want::default()
+            },
+        },
+        Case {
+            name: "pausing: not PAUSED while the fetcher pod terminates",
+            given: Given {
+                desired: WantPaused,
+                parts: vec![part(0, Pausing)],
+                pods: vec![pod(0, &[0]).terminating()],
+                ..Given::default()
+            },
+            want: Want {
+                requeue_at_most: Some(Duration::from_secs(1)),
+                ..Want::default()
+            },
+        },
+        Case {
+            name: "pausing: PAUSED once the fetcher pod is gone",
+            given: Given {
+                desired: WantPaused,
+                parts: vec![part(0, Pausing)],
+                ..Given::default()
+            },
+            want: Want {
+                writes: vec![(0, Paused)],
                 events: vec!["PartitionPaused"],
                 ..Want::default()
             },
