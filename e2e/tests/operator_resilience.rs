@@ -121,10 +121,11 @@ async fn killing_the_operator_at_random_moments_keeps_one_fetcher_per_partition_
         let state = recorded(bed, &format!("{}/dr", s.ns), &topic, p)
             .state
             .unwrap();
-        // UNKNOWN->PREPARING->MIRRORING, then 2x (->PAUSED ->PREPARING ->MIRRORING): 8 epochs.
+        // UNKNOWN->PREPARING->MIRRORING, then 2x (->PAUSING ->PAUSED ->PREPARING ->MIRRORING):
+        // 10 epochs.
         assert_eq!(
             (state.state, state.state_epoch),
-            (PartitionState::Mirroring, 8),
+            (PartitionState::Mirroring, 10),
             "partition {p}: every transition persisted once"
         );
     }
