@@ -167,14 +167,15 @@ impl StateCache {
             .collect()
     }
 
-    /// Records of every partition of every topic of `mirror`.
-    pub fn mirror(&self, mirror: &str) -> BTreeMap<(String, i32), PartitionRecords> {
+    /// The lifecycle record of every partition of every topic of `mirror` (maps and positions
+    /// are not copied).
+    pub fn states(&self, mirror: &str) -> BTreeMap<(String, i32), Option<PartitionStateRecord>> {
         self.units
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .iter()
-            .filter(|((m, _, _), _)| m == mirror)
-            .map(|((_, t, p), r)| ((t.clone(), *p), r.clone()))
+            .filter(|((m, _, p), _)| m == mirror && *p >= 0)
+            .map(|((_, t, p), r)| ((t.clone(), *p), r.state.clone()))
             .collect()
     }
 

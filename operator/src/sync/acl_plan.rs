@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use kmirror_crds::filter::Selector;
 use kmirror_crds::v1alpha1::PartitionState;
 use kmirror_state::kafka_admin::{AclBinding, Operation, PatternType, Permission, ResourceType};
-use kmirror_state::records::PartitionRecords;
+use kmirror_state::records::PartitionStateRecord;
 
 /// A mirrored topic as the ACL plan sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -130,15 +130,16 @@ pub fn relevant(
 
 /// Destination topics of the mirror that are failed over — every recorded partition STOPPED —
 /// whether their `MirrorTopic` still exists or not (a deleted one keeps its STOPPED records).
-pub fn failed_over(records: &BTreeMap<(String, i32), PartitionRecords>) -> BTreeSet<String> {
+pub fn failed_over(
+    states: &BTreeMap<(String, i32), Option<PartitionStateRecord>>,
+) -> BTreeSet<String> {
     let mut topics: BTreeMap<&str, (bool, Option<String>)> = BTreeMap::new();
-    for ((topic, p), r) in records {
+    for ((topic, p), state) in states {
         if *p < 0 {
             continue;
         }
         let entry = topics.entry(topic.as_str()).or_insert((true, None));
-        match r
-            .state
+        match state
             .as_ref()
             .filter(|s| s.state == PartitionState::Stopped)
         {
@@ -397,16 +398,14 @@ mod tests {
 
     #[test]
     fn failed_over_topics_keep_their_bindings_whatever_the_source_does() {
-        use kmirror_state::records::PartitionStateRecord;
-        let at = |state, destination: Option<&str>| PartitionRecords {
-            state: Some(PartitionStateRecord {
+        let at = |state, destination: Option<&str>| {
+            Some(PartitionStateRecord {
                 state,
                 destination_topic: destination.map(Into::into),
                 ..Default::default()
-            }),
-            ..Default::default()
+            })
         };
-        let records: BTreeMap<(String, i32), PartitionRecords> = [
+        let records: BTreeMap<(String, i32), Option<PartitionStateRecord>> = [
             (
                 ("a".to_string(), 0),
                 at(PartitionState::Stopped, Some("a-copy")),
@@ -419,7 +418,7 @@ mod tests {
             (("b".to_string(), 1), at(PartitionState::Stopping, None)),
             (("c".to_string(), 0), at(PartitionState::Mirroring, None)),
             // The mirror's own records (ACLs) are no topic.
-            ((String::new(), -1), PartitionRecords::default()),
+            ((String::new(), -1), None),
         ]
         .into_iter()
         .collect();

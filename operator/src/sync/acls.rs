@@ -137,7 +137,7 @@ pub async fn sync(
     let created_before: BTreeSet<AclBinding> = scope.cache.acls(&scope.key).into_iter().collect();
     // Failed-over topics keep what they got when they failed over; the one failing over now
     // gets the source's bindings.
-    let mut frozen = failed_over(&scope.cache.mirror(&scope.key));
+    let mut frozen = failed_over(&scope.cache.states(&scope.key));
     if let Some(t) = writable.and_then(|w| topics.iter().find(|t| t.topic.spec.source_topic == w)) {
         frozen.remove(t.topic.destination_topic());
     }
