@@ -492,6 +492,23 @@ pub fn app_acl(
     }
 }
 
+/// Whether `User:app` holds `operation` on `topic` on the cluster of `config` (a failed
+/// describe counts as no).
+pub fn app_may(
+    config: &ClientConfig,
+    topic: &str,
+    operation: kmirror_state::kafka_admin::Operation,
+) -> bool {
+    let admin: rdkafka::admin::AdminClient<rdkafka::client::DefaultClientContext> =
+        config.create().expect("admin client");
+    let binding = kmirror_state::kafka_admin::AclBinding {
+        operation,
+        ..app_acls(topic, "-").remove(0)
+    };
+    kmirror_state::kafka_admin::describe_acls(admin.inner(), &binding, Duration::from_secs(10))
+        .is_ok_and(|b| !b.is_empty())
+}
+
 /// What the bed's application principal (`User:app`, [`DestUser::App`]) may do on a source
 /// topic and group: read, write and describe the topic, read the group. Created on the source,
 /// these are the bindings kmirror copies (WRITE withheld while the topic mirrors).

@@ -13,14 +13,14 @@ use kmirror_crds::v1alpha1::PartitionState;
 use kmirror_e2e::Testbed;
 use kmirror_e2e::fetcher::ensure_state_topic;
 use kmirror_e2e::kafka::{
-    DestUser, app_acls, committed_offsets, consume_and_commit, create_topic, mixed_records,
-    produce_all, unique_name, watermarks,
+    DestUser, app_acls, app_may, committed_offsets, consume_and_commit, create_topic,
+    mixed_records, produce_all, unique_name, watermarks,
 };
 use kmirror_e2e::operator::{OperatorProcess, Scenario, all_partitions};
 use kmirror_e2e::soak::mirror::plugin;
 use kmirror_fetcher::Isolation;
 use kmirror_fetcher::verify::{Side, verify_partition};
-use kmirror_state::kafka_admin::{AclBinding, Operation, create_acls, describe_acls};
+use kmirror_state::kafka_admin::{Operation, create_acls};
 use kmirror_state::kafka_record::RecordData;
 use kmirror_state::offset_map::OffsetMap;
 use rdkafka::ClientConfig;
@@ -30,16 +30,6 @@ use serde_json::json;
 
 const PARTITIONS: i32 = 2;
 const T: Duration = Duration::from_secs(15);
-
-/// Whether `User:app` holds WRITE on `topic` on the cluster of `config`.
-fn app_may_write(config: &ClientConfig, topic: &str) -> bool {
-    let admin: AdminClient<DefaultClientContext> = config.create().unwrap();
-    let write = AclBinding {
-        operation: Operation::Write,
-        ..app_acls(topic, "-").remove(0)
-    };
-    describe_acls(admin.inner(), &write, T).is_ok_and(|b| !b.is_empty())
-}
 
 /// Fails a 2-partition topic over gracefully with an operator that crashes at `failpoint`,
 /// then lets a fresh operator finish; checks the end state.
@@ -72,7 +62,7 @@ async fn crash_at(failpoint: &str) {
         .map(|p| watermarks(&source, &topic, p).unwrap().1)
         .collect();
     assert!(
-        !app_may_write(&dest, &topic),
+        !app_may(&dest, &topic, Operation::Write),
         "not writable while mirroring"
     );
 
@@ -85,7 +75,7 @@ async fn crash_at(failpoint: &str) {
     );
     // While the operator is down: if the topic is writable already, the applications act on
     // the new primary — they write, and a consumer of the group moves on and commits.
-    let writable = app_may_write(&dest, &topic);
+    let writable = app_may(&dest, &topic, Operation::Write);
     assert_eq!(
         writable,
         failpoint == "failover-writable",
@@ -122,7 +112,10 @@ async fn crash_at(failpoint: &str) {
              began (crashed at {failpoint})"
         );
     }
-    assert!(app_may_write(&dest, &topic), "writable once STOPPED");
+    assert!(
+        app_may(&dest, &topic, Operation::Write),
+        "writable once STOPPED"
+    );
     assert_eq!(
         committed_offsets(&dest, &group, &topic, PARTITIONS),
         expected_group,

@@ -7,12 +7,12 @@ use std::time::{Duration, Instant};
 use kmirror_crds::v1alpha1::PartitionState;
 use kmirror_e2e::fetcher::{ensure_state_topic, target_dir};
 use kmirror_e2e::kafka::{
-    DestUser, app_acls, create_topic, mixed_records, produce_all, unique_name, watermarks,
+    DestUser, app_acls, app_may, create_topic, mixed_records, produce_all, unique_name, watermarks,
 };
 use kmirror_e2e::operator::{OperatorProcess, Scenario, all_partitions};
 use kmirror_e2e::testbed::repo_root;
 use kmirror_e2e::{Testbed, has_row};
-use kmirror_state::kafka_admin::{Operation, create_acls, describe_acls};
+use kmirror_state::kafka_admin::{Operation, create_acls};
 use rdkafka::admin::AdminClient;
 use rdkafka::client::DefaultClientContext;
 use serde_json::json;
@@ -41,21 +41,6 @@ impl Drop for SourceDown {
             .args(["start", "kafka-source"])
             .status();
     }
-}
-
-/// Whether `User:app` may `operation` topic `topic` on the cluster of `config`.
-fn app_may(config: &rdkafka::ClientConfig, topic: &str, operation: Operation) -> bool {
-    let admin: AdminClient<DefaultClientContext> = config.create().unwrap();
-    let filter = app_acls(topic, "-").remove(0);
-    describe_acls(
-        admin.inner(),
-        &kmirror_state::kafka_admin::AclBinding {
-            operation,
-            ..filter
-        },
-        Duration::from_secs(10),
-    )
-    .is_ok_and(|b| !b.is_empty())
 }
 
 /// With the source down, an immediate failover of 100 partitions finishes, reports each

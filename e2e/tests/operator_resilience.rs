@@ -350,3 +350,133 @@ async fn two_installations_on_one_destination_keep_their_own_write_leases() {
         s.cleanup().await;
     }
 }
+
+/// The lifecycle states of `mirror`'s partitions of `topic` as a reader of the state topic
+/// sees them (fencing applied).
+fn recorded_states(
+    dest: &rdkafka::ClientConfig,
+    mirror: &str,
+    topic: &str,
+) -> std::collections::BTreeMap<i32, Option<PartitionState>> {
+    kmirror_state::store::load(
+        dest,
+        kmirror_crds::v1alpha1::DEFAULT_STATE_TOPIC,
+        |k| k.mirror == mirror && k.topic == topic,
+        Duration::from_secs(15),
+    )
+    .unwrap()
+    .into_iter()
+    .map(|((_, _, p), r)| (p, r.state.map(|s| s.state)))
+    .collect()
+}
+
+/// Two operators overlap, both believing they lead (no leader election): the first stalls just
+/// before its first lifecycle write (a frozen or partitioned leader), a second one mirrors the
+/// topic and fails it over; then the first wakes up with what it had planned. No partition may
+/// go back from STOPPED, and the applications' WRITE on the new primary must not be taken away.
+#[tokio::test]
+async fn an_overlapping_stale_operator_cannot_move_partitions_back_or_take_acls_away() {
+    use kmirror_e2e::kafka::app_acls;
+    use kmirror_e2e::kafka::app_may;
+    use kmirror_state::kafka_admin::{Operation, create_acls};
+    const PARTITIONS: i32 = 2;
+    let bed = Testbed::get();
+    ensure_state_topic(bed);
+    let s = Scenario::new(bed, "overlap").await;
+    let topic = unique_name("overlap");
+    let source = bed.source_config();
+    let dest = bed.dest_config(DestUser::Admin);
+    create_topic(&source, &topic, PARTITIONS, &[])
+        .await
+        .unwrap();
+    let admin: rdkafka::admin::AdminClient<rdkafka::client::DefaultClientContext> =
+        source.create().unwrap();
+    create_acls(
+        admin.inner(),
+        &app_acls(&topic, "overlap-group"),
+        Duration::from_secs(15),
+    )
+    .unwrap();
+    produce_all(&source, &topic, &mixed_records(400, PARTITIONS, 0, 5), &[]).unwrap();
+    let gate = std::env::temp_dir().join(unique_name("overlap-gate"));
+    let failpoints = format!("state-write=wait:{}", gate.display());
+    let mut stale =
+        OperatorProcess::spawn_with_env(bed, &s.ns, &[], &[("KMIRROR_FAILPOINTS", &failpoints)]);
+    s.apply_mirror("dr", Scenario::mirror_spec(bed)).await;
+    s.apply_topic(
+        "t",
+        json!({"mirror": "dr", "sourceTopic": topic, "failover": {"mode": "Immediate"}}),
+    )
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !stale.log_text().contains("failpoint reached: waiting") {
+        assert!(
+            Instant::now() < deadline,
+            "the first operator never reached its first lifecycle write: {}",
+            stale.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // A second operator for the same mirror: both believe they lead.
+    let current = OperatorProcess::spawn(bed, &s.ns, &[]);
+    s.wait_topic("t", "MIRRORING", Duration::from_secs(90), |t| {
+        all_partitions(t, PartitionState::Mirroring, PARTITIONS as usize)
+    })
+    .await;
+    s.patch_topic("t", json!({"state": "Stopped"})).await;
+    s.wait_topic("t", "STOPPED", Duration::from_secs(90), |t| {
+        all_partitions(t, PartitionState::Stopped, PARTITIONS as usize)
+    })
+    .await;
+    let mirror = format!("{}/dr", s.ns);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !app_may(&dest, &topic, Operation::Write) {
+        assert!(Instant::now() < deadline, "no WRITE after the failover");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+
+    // The stale operator wakes up with the reconcile it had planned before.
+    std::fs::write(&gate, b"").unwrap();
+    let start = Instant::now();
+    let mut violations = Vec::new();
+    while start.elapsed() < Duration::from_secs(30) && violations.len() < 5 {
+        let at = start.elapsed().as_secs_f32();
+        for (p, state) in recorded_states(&dest, &mirror, &topic) {
+            if state != Some(PartitionState::Stopped) {
+                violations.push(format!(
+                    "{at:.1}s: partition {p} went back from STOPPED to {state:?} in the state topic"
+                ));
+            }
+        }
+        if let Some(t) = s.topic("t").await
+            && !all_partitions(&t, PartitionState::Stopped, PARTITIONS as usize)
+        {
+            violations.push(format!(
+                "{at:.1}s: the status no longer shows every partition STOPPED"
+            ));
+        }
+        if !app_may(&dest, &topic, Operation::Write) {
+            violations.push(format!("{at:.1}s: the applications' WRITE was revoked"));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(violations.is_empty(), "{violations:#?}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while stale.alive() {
+        assert!(
+            Instant::now() < deadline,
+            "the superseded operator still runs: {}",
+            stale.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let log = stale.log_text();
+    assert!(
+        log.contains("took over mirror"),
+        "the superseded operator says why it stopped: {log}"
+    );
+    let _ = std::fs::remove_file(&gate);
+    drop(current);
+    s.cleanup().await;
+}

@@ -79,6 +79,10 @@ pub enum Error {
     /// Opening the state topic on the destination.
     #[error("opening the state topic: {0}")]
     OpenState(#[source] StateError),
+    /// Waiting for the mirror's state to be read, or claiming its state records (one operator
+    /// writes them: a superseded one stops).
+    #[error("claiming the mirror's state records: {0}")]
+    ClaimState(#[source] StateError),
     /// Opening the lease topic on the destination.
     #[error("opening the lease topic: {0}")]
     OpenLeases(#[source] kmirror_state::lease_io::LeaseTopicError),
@@ -166,9 +170,10 @@ impl Error {
             | Error::Failback(c)
             | Error::FinishFailover(c) => c.label(),
             Error::DescribeDestination(_) | Error::OpenLeases(_) => "kafka",
-            Error::OpenState(_) | Error::PersistTransitions(_) | Error::RemoveStateRecords(_) => {
-                "state_topic"
-            }
+            Error::OpenState(_)
+            | Error::ClaimState(_)
+            | Error::PersistTransitions(_)
+            | Error::RemoveStateRecords(_) => "state_topic",
             Error::Finalizer(_) => return None,
         })
     }

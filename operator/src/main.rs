@@ -43,8 +43,9 @@ struct Args {
     /// Name of the Lease.
     #[arg(long, env = "KMIRROR_LEASE_NAME", default_value = "kmirror-operator")]
     lease_name: String,
-    /// Seconds a lease lasts without renewal.
-    #[arg(long, default_value_t = 15)]
+    /// Seconds a lease lasts without renewal (at least 3: the leader renews every third and
+    /// gives up after two thirds).
+    #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(3..))]
     lease_duration_seconds: u64,
     /// Log format: `text` or `json`.
     #[arg(long, env = "KMIRROR_LOG_FORMAT", default_value = "text")]
@@ -110,14 +111,14 @@ async fn main() -> anyhow::Result<()> {
             lease_duration: Duration::from_secs(args.lease_duration_seconds),
             renew_every: Duration::from_secs((args.lease_duration_seconds / 3).max(1)),
         };
-        tokio::select! {
-            _ = election.acquire(&client) => {}
+        let acquired = tokio::select! {
+            acquired = election.acquire(&client) => acquired,
             _ = shutdown_signal() => return Ok(()),
-        }
+        };
         ctx.metrics.leader.set(1);
         let keep = {
             let (election, client) = (election.clone(), client.clone());
-            async move { election.keep(&client).await }
+            async move { election.keep(&client, acquired).await }
         };
         tokio::select! {
             _ = kmirror_operator::run(ctx.clone(), args.namespace.clone(), shutdown_signal()) => {}

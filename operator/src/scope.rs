@@ -172,6 +172,11 @@ impl MirrorScope {
         if !scope.cache.wait_loaded(STATE_LOAD_WAIT).await {
             return Ok(Resolved::Loading);
         }
+        scope
+            .cache
+            .own(&scope.key)
+            .await
+            .map_err(Error::ClaimState)?;
         Ok(Resolved::Ready(Box::new(scope)))
     }
 

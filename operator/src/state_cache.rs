@@ -1,12 +1,18 @@
 //! The operator's view of the state topic: a background reader tails it into memory, so that
 //! reconciles read partition states and fetcher positions without touching Kafka, and the
 //! operator's own transitions are written through (durable first, then visible locally).
+//!
+//! Writes are fenced (`kmirror_state::fence`): before it writes a mirror's records the operator
+//! claims the mirror, every record it writes carries the claim's token, records of a superseded
+//! operator are ignored (and rewritten with the current value, so compaction keeps ours), and an
+//! operator that reads a newer claim of another process for a mirror it claimed stops at once.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
+use kmirror_state::fence::{Admission, Claim, Fences, claim_value, token_of};
 use kmirror_state::quiet::QuietEof;
 use kmirror_state::records::{PartitionRecords, PartitionStateRecord, RecordKind, StateKey};
 use kmirror_state::store::{StateWriter, UnitId, ensure_state_topic};
@@ -32,6 +38,67 @@ pub struct StateCache {
     pub changed: Notify,
     /// `kmirror_operator_state_topic_available` of this topic.
     available: Availability,
+    /// Claims read so far, per mirror.
+    fences: Mutex<Fences>,
+    /// This process's claim token per mirror, once its claim was read back.
+    own: Mutex<BTreeMap<String, i64>>,
+    /// One claim at a time.
+    claiming: tokio::sync::Mutex<()>,
+    /// Keys whose latest record is a superseded operator's (ignored until rewritten).
+    stale: Mutex<std::collections::BTreeSet<StateKey>>,
+}
+
+/// This operator process: its identity in claims and the nonce that tells its claims apart.
+fn me() -> &'static (String, String) {
+    static ME: std::sync::OnceLock<(String, String)> = std::sync::OnceLock::new();
+    ME.get_or_init(|| {
+        let identity = std::env::var("POD_NAME").unwrap_or_else(|_| {
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+            format!("{}/pid-{}", host.trim(), std::process::id())
+        });
+        let nonce = format!(
+            "{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or_default()
+        );
+        (identity, nonce)
+    })
+}
+
+/// How long a claim may take to be read back.
+const CLAIM_WAIT: Duration = Duration::from_secs(15);
+
+/// Whether this process may write a mirror's records: the token of its own claim when that
+/// claim is the one in force, `Ok(None)` before it claimed, an error once another process's
+/// newer claim was read.
+fn token_to_write(
+    own: Option<i64>,
+    current: Option<&Claim>,
+    nonce: &str,
+) -> std::result::Result<Option<i64>, Claim> {
+    match (own, current) {
+        (None, _) => Ok(None),
+        (Some(token), Some(c)) if c.nonce != nonce && c.token > token => Err(c.clone()),
+        (Some(token), _) => Ok(Some(token)),
+    }
+}
+
+/// Stops the process: another operator took `mirror` over. Like losing the leader lease.
+fn step_down(topic: &str, mirror: &str, by: &Claim) -> ! {
+    tracing::error!(
+        state_topic = %topic,
+        %mirror,
+        claim_offset = by.token,
+        "operator {} took over mirror {mirror} (its claim is at offset {} of state topic {topic}); \
+         this operator stops so that one operator writes the mirror's state. Run one replica, or \
+         several with --leader-election",
+        by.identity,
+        by.token
+    );
+    std::process::exit(3)
 }
 
 /// Whether every state topic of one name (one per destination cluster) answers, published as
@@ -111,6 +178,10 @@ impl StateCache {
                 read_ok: AtomicBool::new(false),
                 write_ok: AtomicBool::new(true),
             },
+            fences: Mutex::default(),
+            own: Mutex::default(),
+            claiming: tokio::sync::Mutex::new(()),
+            stale: Mutex::default(),
         });
         let consumer: BaseConsumer<QuietEof> = config
             .clone()
@@ -204,6 +275,7 @@ impl StateCache {
         topic: &str,
         records: Vec<(i32, PartitionStateRecord)>,
     ) -> Result<()> {
+        crate::failpoint::pause_point("state-write").await;
         let batch = records
             .into_iter()
             .map(|(p, r)| {
@@ -269,16 +341,87 @@ impl StateCache {
         self.write(batch).await
     }
 
+    /// Waits (bounded) for the first full read, then claims `mirror` for this process unless it
+    /// holds the claim in force already; returns the claim's token. Every reconcile that reads
+    /// or writes a mirror's state calls this first.
+    pub async fn own(self: &Arc<Self>, mirror: &str) -> Result<i64> {
+        if !self.wait_loaded(crate::scope::STATE_LOAD_WAIT).await {
+            return Err(StateError(format!(
+                "{} is still being read; nothing is decided before it is read to its end",
+                self.topic
+            )));
+        }
+        if let Some(token) = self.token(mirror) {
+            return Ok(token);
+        }
+        let _one = self.claiming.lock().await;
+        if let Some(token) = self.token(mirror) {
+            return Ok(token);
+        }
+        let (identity, nonce) = me();
+        let me_ = self.clone();
+        let key = StateKey::claim(mirror);
+        let value = claim_value(identity, nonce);
+        let written = tokio::task::spawn_blocking(move || {
+            let writer = me_.writer.lock().unwrap_or_else(|p| p.into_inner());
+            writer.send_raw(&key, Some(&value))?;
+            writer.flush(Duration::from_secs(15))
+        })
+        .await
+        .map_err(|e| StateError(e.to_string()))?;
+        self.available.wrote(written.is_ok());
+        written.map_err(|e| StateError(e.to_string()))?;
+        let deadline = Instant::now() + CLAIM_WAIT;
+        loop {
+            if let Some(token) = self.token(mirror) {
+                tracing::info!(state_topic = %self.topic, %mirror, token, "claimed the mirror's state");
+                return Ok(token);
+            }
+            if Instant::now() > deadline {
+                return Err(StateError(format!(
+                    "the claim of mirror {mirror} was not read back from {} within {}s",
+                    self.topic,
+                    CLAIM_WAIT.as_secs()
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// This process's token for `mirror` while its claim is in force; stops the process when
+    /// another one's newer claim was read.
+    fn token(&self, mirror: &str) -> Option<i64> {
+        let own = self
+            .own
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(mirror)
+            .copied();
+        let fences = self.fences.lock().unwrap_or_else(|p| p.into_inner());
+        match token_to_write(own, fences.current(mirror), &me().1) {
+            Ok(token) => token,
+            Err(by) => step_down(&self.topic, mirror, &by),
+        }
+    }
+
     async fn write(self: &Arc<Self>, batch: Vec<(StateKey, Option<Vec<u8>>)>) -> Result<()> {
         if batch.is_empty() {
             return Ok(());
+        }
+        let mut tokens = BTreeMap::new();
+        for (k, _) in &batch {
+            if !tokens.contains_key(&k.mirror) {
+                tokens.insert(k.mirror.clone(), self.own(&k.mirror).await?);
+            }
         }
         let me = self.clone();
         let sent = batch.clone();
         let written = tokio::task::spawn_blocking(move || {
             let writer = me.writer.lock().unwrap_or_else(|p| p.into_inner());
             for (k, v) in &sent {
-                writer.send_raw(k, v.as_deref())?;
+                // Refused on write: checked again right before sending.
+                let token = me.token(&k.mirror).or(tokens.get(&k.mirror).copied());
+                writer.send_fenced(k, v.as_deref(), token)?;
             }
             writer.flush(Duration::from_secs(15))
         })
@@ -290,6 +433,109 @@ impl StateCache {
             self.apply(k, v.as_deref());
         }
         Ok(())
+    }
+
+    /// Takes one record read from the topic: claims go to the fences, a superseded operator's
+    /// records are ignored (and rewritten when this process holds the mirror), others apply.
+    fn read(&self, key: &StateKey, message: &rdkafka::message::BorrowedMessage<'_>) {
+        let admission = self.fences.lock().unwrap_or_else(|p| p.into_inner()).admit(
+            key,
+            message.offset(),
+            token_of(message.headers()),
+            message.payload(),
+        );
+        match admission {
+            Admission::Apply => {
+                self.stale
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(key);
+                self.apply(key, message.payload());
+            }
+            Admission::Claim => {
+                let current = self
+                    .fences
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .current(&key.mirror)
+                    .cloned();
+                if let Some(c) = current.filter(|c| c.nonce == me().1) {
+                    self.own
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(key.mirror.clone(), c.token);
+                    self.repair(&key.mirror);
+                } else {
+                    // Stops the process when the new claim supersedes its own.
+                    self.token(&key.mirror);
+                }
+            }
+            Admission::Stale { token, current } => {
+                tracing::warn!(
+                    state_topic = %self.topic,
+                    mirror = %key.mirror,
+                    offset = message.offset(),
+                    token,
+                    current,
+                    "ignoring a state record written by a superseded operator"
+                );
+                self.stale
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(key.clone());
+                self.repair(&key.mirror);
+            }
+        }
+    }
+
+    /// Rewrites, with this process's token, the current value of every key of `mirror` whose
+    /// latest record a superseded operator wrote — so that compaction keeps ours. Only while
+    /// this process holds the mirror's claim; blocking (the reader thread calls it).
+    fn repair(&self, mirror: &str) {
+        let Some(token) = self.token(mirror) else {
+            return;
+        };
+        let keys: Vec<StateKey> = self
+            .stale
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter(|k| k.mirror == mirror)
+            .cloned()
+            .collect();
+        if keys.is_empty() {
+            return;
+        }
+        let values: Vec<Option<Vec<u8>>> = {
+            let units = self.units.read().unwrap_or_else(|p| p.into_inner());
+            keys.iter()
+                .map(|k| {
+                    units
+                        .get(&(k.mirror.clone(), k.topic.clone(), k.partition))
+                        .and_then(|r| r.value_of(k))
+                })
+                .collect()
+        };
+        let writer = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        let written = keys
+            .iter()
+            .zip(&values)
+            .try_for_each(|(k, v)| writer.send_fenced(k, v.as_deref(), Some(token)))
+            .and_then(|()| writer.flush(Duration::from_secs(15)));
+        match written {
+            Ok(()) => tracing::info!(
+                state_topic = %self.topic,
+                %mirror,
+                records = keys.len(),
+                "rewrote the records a superseded operator wrote last"
+            ),
+            Err(e) => tracing::warn!(
+                state_topic = %self.topic,
+                %mirror,
+                error = %e,
+                "could not rewrite the records a superseded operator wrote last; retried at the next one"
+            ),
+        }
     }
 }
 
@@ -370,7 +616,7 @@ fn tail(
             }
             Some(Ok(m)) => {
                 if let Some(key) = m.key().and_then(StateKey::parse) {
-                    cache.apply(&key, m.payload());
+                    cache.read(&key, &m);
                     if key.kind == RecordKind::Position {
                         cache.changed.notify_waiters();
                     }
@@ -446,6 +692,58 @@ impl StateCaches {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_process_writes_only_under_the_claim_in_force() {
+        let claim = |token: i64, nonce: &str| Claim {
+            token,
+            identity: format!("op-{nonce}"),
+            nonce: nonce.into(),
+        };
+        /// Name, own token, claim in force, expected token (or the newer claim's).
+        type Case = (
+            &'static str,
+            Option<i64>,
+            Option<Claim>,
+            std::result::Result<Option<i64>, i64>,
+        );
+        let cases: Vec<Case> = vec![
+            (
+                "not claimed yet: claim first",
+                None,
+                Some(claim(3, "b")),
+                Ok(None),
+            ),
+            (
+                "its own claim in force",
+                Some(7),
+                Some(claim(7, "me")),
+                Ok(Some(7)),
+            ),
+            (
+                "its own claim not read back yet",
+                Some(7),
+                None,
+                Ok(Some(7)),
+            ),
+            (
+                "another process claimed later: refused",
+                Some(7),
+                Some(claim(9, "b")),
+                Err(9),
+            ),
+            (
+                "an older claim of another process read late",
+                Some(7),
+                Some(claim(5, "b")),
+                Ok(Some(7)),
+            ),
+        ];
+        for (name, own, current, expected) in cases {
+            let got = token_to_write(own, current.as_ref(), "me").map_err(|c| c.token);
+            assert_eq!(got, expected, "{name}");
+        }
+    }
 
     #[test]
     fn a_state_topic_name_is_available_while_every_cluster_answers() {

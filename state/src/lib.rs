@@ -2,6 +2,7 @@
 //!
 //! - [`records`]: the records of the state topic (`__kmirror_state`) and their versioned JSON —
 //!   partition states (operator), positions and offset-map chunks (fetcher), stop reasons;
+//! - [`fence`]: operator claims of a mirror and the fencing tokens of operator-written records;
 //! - [`store`]: reading the state topic to its end and writing records durably;
 //! - [`leases`] and [`lease_io`]: the lease topic's records (one writer per destination
 //!   partition), the holder's validity arithmetic, and reading and writing them;
@@ -12,6 +13,7 @@
 //! - [`logging`] and [`quiet`]: the shared `tracing` set-up and a quiet end-of-partition context.
 
 pub mod connection;
+pub mod fence;
 pub mod flags;
 pub mod kafka_admin;
 pub mod kafka_record;

@@ -44,6 +44,9 @@ pub enum RecordKind {
     /// The source ACLs the mirror's ACL sync last read (those that concern its topics and
     /// groups; topic "" and partition -1): a failover with the source gone applies them.
     SourceAcls,
+    /// An operator's claim of a mirror (topic "" and partition -1): its offset is the fencing
+    /// token of the operator's later records ([`crate::fence`]).
+    Claim,
 }
 
 /// The key of a state record. Serialized as JSON with a fixed field order, so equal keys are
@@ -86,6 +89,11 @@ impl StateKey {
     /// The key of a mirror's record of the source ACLs last synced.
     pub fn source_acls(mirror: &str) -> StateKey {
         StateKey::new(RecordKind::SourceAcls, mirror, "", -1)
+    }
+
+    /// The key of a mirror's operator claim.
+    pub fn claim(mirror: &str) -> StateKey {
+        StateKey::new(RecordKind::Claim, mirror, "", -1)
     }
 
     /// The key of map chunk `chunk`.
@@ -506,8 +514,25 @@ impl PartitionRecords {
             (RecordKind::SourceAcls, Some(v)) => {
                 self.source_acls = Some(serde_json::from_slice(v)?)
             }
+            // Claims are the readers' business (`crate::fence`), not a partition's.
+            (RecordKind::Claim, _) => {}
         }
         Ok(())
+    }
+
+    /// The value held for `key`, serialized as its record (`None`: nothing, a tombstone).
+    pub fn value_of(&self, key: &StateKey) -> Option<Vec<u8>> {
+        fn json<T: Serialize>(value: &T) -> Vec<u8> {
+            serde_json::to_vec(value).expect("state values serialize")
+        }
+        match key.kind {
+            RecordKind::State => self.state.as_ref().map(json),
+            RecordKind::Position => self.position.as_ref().map(json),
+            RecordKind::Map => self.chunks.get(&key.chunk.unwrap_or(0)).map(json),
+            RecordKind::Acls => self.acls.as_ref().map(json),
+            RecordKind::SourceAcls => self.source_acls.as_ref().map(json),
+            RecordKind::Claim => None,
+        }
     }
 }
 

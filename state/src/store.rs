@@ -14,6 +14,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use serde::Serialize;
 use thiserror::Error;
 
+use crate::fence::{Admission, Fences, headers_for, token_of};
 use crate::records::{PartitionRecords, StateKey};
 
 /// State topic I/O failed.
@@ -119,6 +120,7 @@ pub fn load(
         }
     }
     let mut units: BTreeMap<UnitId, PartitionRecords> = BTreeMap::new();
+    let mut fences = Fences::default();
     if ends.is_empty() {
         return Ok(units);
     }
@@ -133,6 +135,7 @@ pub fn load(
         };
         let message = message.map_err(kafka)?;
         if let Some(key) = message.key().and_then(StateKey::parse)
+            && admitted(&mut fences, &key, &message)
             && wanted(&key)
         {
             let unit = (key.mirror.clone(), key.topic.clone(), key.partition);
@@ -151,6 +154,30 @@ pub fn load(
         r.state.is_some() || r.position.is_some() || !r.chunks.is_empty() || r.acls.is_some()
     });
     Ok(units)
+}
+
+/// Whether a record read from the state topic applies: claims are recorded, records of a
+/// superseded operator are ignored ([`crate::fence`]).
+pub fn admitted<M: Message>(fences: &mut Fences, key: &StateKey, message: &M) -> bool {
+    match fences.admit(
+        key,
+        message.offset(),
+        token_of(message.headers()),
+        message.payload(),
+    ) {
+        Admission::Apply => true,
+        Admission::Claim => false,
+        Admission::Stale { token, current } => {
+            tracing::warn!(
+                offset = message.offset(),
+                mirror = %key.mirror,
+                token,
+                current,
+                "ignoring a state record of a superseded operator"
+            );
+            false
+        }
+    }
 }
 
 /// Remembers failed deliveries so that a flush can report them.
@@ -205,10 +232,23 @@ impl StateWriter {
 
     /// Enqueues a record whose value is already serialized.
     pub fn send_raw(&self, key: &StateKey, value: Option<&[u8]>) -> Result<(), StateError> {
+        self.send_fenced(key, value, None)
+    }
+
+    /// Enqueues a record carrying the writer's fencing token (`crate::fence`), if any.
+    pub fn send_fenced(
+        &self,
+        key: &StateKey,
+        value: Option<&[u8]>,
+        token: Option<i64>,
+    ) -> Result<(), StateError> {
         let key = key.to_bytes();
         let mut record = BaseRecord::<Vec<u8>, [u8]>::to(&self.topic).key(&key);
         if let Some(v) = value {
             record = record.payload(v);
+        }
+        if let Some(token) = token {
+            record = record.headers(headers_for(token));
         }
         let mut record = record;
         loop {

@@ -24,7 +24,7 @@ use crate::clusters::Cluster;
 use crate::context::{Context, Note};
 use crate::error::{Cause, Error, Result};
 use crate::reconcile::Cleanup;
-use crate::scope::{MirrorScope, STATE_LOAD_WAIT, key_of};
+use crate::scope::{MirrorScope, key_of};
 use crate::sync;
 pub use discover::{LABEL_CREATED_BY, topic_object_name};
 use status::{Facts, Reach, SyncRun};
@@ -147,7 +147,7 @@ async fn apply(cm: Arc<ClusterMirror>, ctx: Arc<Context>) -> Result<Action> {
             )
             .await
             .map_err(Error::OpenState)?;
-            scope.cache.wait_loaded(STATE_LOAD_WAIT).await;
+            scope.cache.own(&key).await.map_err(Error::ClaimState)?;
             if ctx.sync_clock.due(&key, interval) {
                 let topics = discover::discover_topics(&ctx, &scope).await;
                 let parts = sync::run(&ctx, &scope).await;

@@ -134,7 +134,12 @@ pub async fn observe(
                     &ctx.metrics,
                 )
                 .await?;
-            cache.wait_loaded(STATE_LOAD_WAIT).await;
+            if !cache.wait_loaded(STATE_LOAD_WAIT).await {
+                return Err(Cause::State(crate::error::StateError(format!(
+                    "{} on the old source is still being read",
+                    cache.topic_name()
+                ))));
+            }
             forward_records = Some(cache.topic(forward, &forward_topic));
         }
         let Some(fwd) = forward_records.as_ref().and_then(|r| r.get(&p)) else {

@@ -13,7 +13,6 @@ use crate::context::{Context, Note};
 use crate::error::{Error, Result};
 use crate::pods::{LABEL_MIRROR_TOPIC, label_value};
 use crate::reconcile::Cleanup;
-use crate::scope::STATE_LOAD_WAIT;
 
 /// The state records of a deleted topic to tombstone: all but those of STOPPED partitions.
 /// Pure.
@@ -116,8 +115,8 @@ pub async fn cleanup(mt: &MirrorTopic, ctx: &Context) -> Result<Cleanup> {
                 )
                 .await
                 .map_err(Error::OpenState)?;
-            cache.wait_loaded(STATE_LOAD_WAIT).await;
             let mirror = mt.mirror_key();
+            cache.own(&mirror).await.map_err(Error::ClaimState)?;
             let topic = &mt.spec.source_topic;
             let keys = forgotten(&mirror, topic, &cache.topic(&mirror, topic));
             cache
