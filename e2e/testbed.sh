@@ -22,6 +22,8 @@
 #   heal                                          thaw and start every broker of the replicated pair
 #   zombie NS/POD | zombie-kill NS/POD|all | zombies          a pod process outliving its object
 #   kill-operator-leader NAMESPACE [--lease NAME] [--wait SECONDS]
+#   freeze-operator-leader NAMESPACE [--lease NAME] [--wait SECONDS]   SIGSTOP the leader until
+#                                                 another leads, then SIGCONT (overlap)
 #   (C: r-source (default), r-destination, source, destination)
 #
 # Downloads and builds are cached under ~/.cache/kmirror (KMIRROR_CACHE), keyed by version;
@@ -191,6 +193,7 @@ main() {
     zombie-kill) fault_zombie_kill "$@" ;;
     zombies) fault_zombies ;;
     kill-operator-leader) fault_kill_operator_leader "$@" ;;
+    freeze-operator-leader) fault_freeze_operator_leader "$@" ;;
     -h | --help | help | "") usage ;;
     *) usage >&2; exit 2 ;;
   esac

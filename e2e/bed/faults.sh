@@ -404,10 +404,8 @@ fault_zombies() {
 # kill-operator-leader: the Lease holder is a pod (the chart: identity = pod name; its container
 # process is SIGKILLed and restarts like after a crash) or a local process (identity
 # kmirror-operator-PID, as tests run it; SIGKILLed).
-fault_kill_operator_leader() {
-  _fault_args "$@"
-  [ ${#F_POS[@]} -eq 1 ] || die "usage: e2e/testbed.sh kill-operator-leader NAMESPACE [--lease NAME] [--wait SECONDS]"
-  local ns="${F_POS[0]}" leases lease holder duration
+_operator_leader() {
+  local ns="$1" leases lease holder duration
   leases="$(_node_kubectl -n "$ns" get leases -o json)" || die "cannot list the leases of $ns"
   lease="$(_jq "$leases" '
 [l["metadata"]["name"] for l in j["items"] if (l.get("spec") or {}).get("holderIdentity")
@@ -434,19 +432,53 @@ fault_kill_operator_leader() {
   else
     die "lease $ns/$lease is held by $holder: neither a pod of $ns run by the node agent nor a local kmirror-operator process"
   fi
+  OP_NS="$ns" OP_LEASE="$lease" OP_HOLDER="$holder" OP_DURATION="$duration" OP_PID="$pid" OP_WHAT="$what"
+}
+
+# Waits up to F_WAIT seconds until another identity than OP_HOLDER holds OP_LEASE ($1: the verb).
+_operator_leader_moved() {
+  local t0=$2 deadline=$((SECONDS + F_WAIT)) now=""
+  while ((SECONDS < deadline)); do
+    now="$(_node_kubectl -n "$OP_NS" get lease "$OP_LEASE" -o jsonpath='{.spec.holderIdentity}' 2>/dev/null || true)"
+    if [ -n "$now" ] && [ "$now" != "$OP_HOLDER" ]; then
+      say "$1: lease $OP_NS/$OP_LEASE now held by $now ($((SECONDS - t0))s after the fault)"
+      return 0
+    fi
+    sleep 0.5
+  done
+  return 1
+}
+
+fault_kill_operator_leader() {
+  _fault_args "$@"
+  [ ${#F_POS[@]} -eq 1 ] || die "usage: e2e/testbed.sh kill-operator-leader NAMESPACE [--lease NAME] [--wait SECONDS]"
+  _operator_leader "${F_POS[0]}"
   local t0=$SECONDS
-  kill -KILL "$pid"
-  say "kill-operator-leader: lease $ns/$lease held by $holder; SIGKILL to $what; another replica takes over once the lease expires (leaseDurationSeconds=${duration:-?})"
+  kill -KILL "$OP_PID"
+  say "kill-operator-leader: lease $OP_NS/$OP_LEASE held by $OP_HOLDER; SIGKILL to $OP_WHAT; another replica takes over once the lease expires (leaseDurationSeconds=${OP_DURATION:-?})"
   if ((F_WAIT > 0)); then
-    local deadline=$((SECONDS + F_WAIT)) now=""
-    while ((SECONDS < deadline)); do
-      now="$(_node_kubectl -n "$ns" get lease "$lease" -o jsonpath='{.spec.holderIdentity}' 2>/dev/null || true)"
-      if [ -n "$now" ] && [ "$now" != "$holder" ]; then
-        say "kill-operator-leader: lease $ns/$lease now held by $now ($((SECONDS - t0))s after the kill)"
-        return 0
-      fi
-      sleep 0.5
-    done
-    die "lease $ns/$lease still held by ${now:-nobody} ${F_WAIT}s after the kill"
+    _operator_leader_moved kill-operator-leader "$t0" || die "lease $OP_NS/$OP_LEASE still held by $OP_HOLDER ${F_WAIT}s after the kill"
+  fi
+}
+
+# freeze-operator-leader: SIGSTOP the Lease holder until another replica holds the Lease (at most
+# --wait seconds, default 60) and a few seconds more, then SIGCONT: the old leader thaws believing
+# it still leads — two operators overlap until it notices.
+fault_freeze_operator_leader() {
+  _fault_args "$@"
+  [ ${#F_POS[@]} -eq 1 ] || die "usage: e2e/testbed.sh freeze-operator-leader NAMESPACE [--lease NAME] [--wait SECONDS]"
+  ((F_WAIT > 0)) || F_WAIT=60
+  _operator_leader "${F_POS[0]}"
+  local t0=$SECONDS moved=0
+  kill -STOP "$OP_PID"
+  say "freeze-operator-leader: lease $OP_NS/$OP_LEASE held by $OP_HOLDER; SIGSTOP to $OP_WHAT"
+  _operator_leader_moved freeze-operator-leader "$t0" && moved=1
+  # The new leader reads its state and claims the mirrors before the old one thaws.
+  ((moved)) && sleep 5
+  kill -CONT "$OP_PID" 2>/dev/null || true
+  if ((moved)); then
+    say "freeze-operator-leader: SIGCONT to $OP_WHAT after $((SECONDS - t0))s: it thaws believing it leads (overlap)"
+  else
+    die "lease $OP_NS/$OP_LEASE still held by $OP_HOLDER ${F_WAIT}s into the freeze; SIGCONT sent"
   fi
 }

@@ -298,6 +298,25 @@ pub fn kill_operator_leader(
     verb(&args)
 }
 
+/// SIGSTOPs the process holding the operator's Lease until another replica holds it (at most
+/// `wait`, default 60 s) and 5 s more, then SIGCONTs it: it thaws believing it still leads, and
+/// two operators overlap until it notices (`freeze-operator-leader`).
+pub fn freeze_operator_leader(
+    namespace: &str,
+    lease: Option<&str>,
+    wait: Option<Duration>,
+) -> anyhow::Result<String> {
+    let wait = wait.map(|w| w.as_secs().max(1).to_string());
+    let mut args = vec!["freeze-operator-leader", namespace];
+    if let Some(l) = lease {
+        args.extend(["--lease", l]);
+    }
+    if let Some(w) = &wait {
+        args.extend(["--wait", w]);
+    }
+    verb(&args)
+}
+
 /// Thaws every frozen broker and starts every stopped broker of the replicated pair, then waits
 /// until each runs: the bed as a fault test should leave it.
 pub fn heal() -> anyhow::Result<String> {

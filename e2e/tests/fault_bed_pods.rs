@@ -1,7 +1,8 @@
 //! The pod and operator fault verbs of the test bed do what they say: `zombie` removes a pod
 //! object by force while its process keeps running (a lost node) until `zombie-kill`, and
 //! `kill-operator-leader` SIGKILLs the process holding the operator's Lease, so another takes
-//! over.
+//! over, and `freeze-operator-leader` stops it until another leads (two operators overlap once
+//! it thaws).
 
 use std::time::{Duration, Instant};
 
@@ -115,10 +116,10 @@ async fn holder(leases: &Api<Lease>, name: &str) -> Option<String> {
         .filter(|h| !h.is_empty())
 }
 
-#[tokio::test]
-async fn killing_the_operator_leader_hands_the_lease_to_the_standby() {
+/// Two local operators with leader election (6 s leases); returns them as (leader, standby)
+/// once one holds the Lease.
+async fn leader_and_standby(s: &Scenario) -> (OperatorProcess, OperatorProcess) {
     let bed = Testbed::get();
-    let s = Scenario::new(bed, "fault-oplead").await;
     let args = [
         "--leader-election",
         "--lease-namespace",
@@ -126,8 +127,8 @@ async fn killing_the_operator_leader_hands_the_lease_to_the_standby() {
         "--lease-duration-seconds",
         "6",
     ];
-    let mut a = OperatorProcess::spawn(bed, &s.ns, &args);
-    let mut b = OperatorProcess::spawn(bed, &s.ns, &args);
+    let a = OperatorProcess::spawn(bed, &s.ns, &args);
+    let b = OperatorProcess::spawn(bed, &s.ns, &args);
     let leases: Api<Lease> = Api::namespaced(s.client.clone(), &s.ns);
     let deadline = Instant::now() + Duration::from_secs(60);
     let first = loop {
@@ -137,31 +138,64 @@ async fn killing_the_operator_leader_hands_the_lease_to_the_standby() {
         assert!(Instant::now() < deadline, "nobody took the lease");
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
-    let (leader_pid, standby_pid) = if first == format!("kmirror-operator-{}", a.pid()) {
-        (a.pid(), b.pid())
+    if first == format!("kmirror-operator-{}", a.pid()) {
+        (a, b)
     } else {
         assert_eq!(first, format!("kmirror-operator-{}", b.pid()));
-        (b.pid(), a.pid())
-    };
+        (b, a)
+    }
+}
 
+#[tokio::test]
+async fn killing_the_operator_leader_hands_the_lease_to_the_standby() {
+    let bed = Testbed::get();
+    let s = Scenario::new(bed, "fault-oplead").await;
+    let (mut leader, mut standby) = leader_and_standby(&s).await;
+    let leases: Api<Lease> = Api::namespaced(s.client.clone(), &s.ns);
     let said = faults::kill_operator_leader(&s.ns, None, Some(Duration::from_secs(60))).unwrap();
     assert!(
-        said.contains(&format!("local process pid {leader_pid}")),
+        said.contains(&format!("local process pid {}", leader.pid())),
         "{said}"
     );
     let now = holder(&leases, "kmirror-operator").await;
     assert_eq!(
         now,
-        Some(format!("kmirror-operator-{standby_pid}")),
+        Some(format!("kmirror-operator-{}", standby.pid())),
         "{said}"
     );
-    let (killed, standby) = if leader_pid == a.pid() {
-        (&mut a, &mut b)
-    } else {
-        (&mut b, &mut a)
-    };
-    assert!(!killed.alive(), "the old leader was killed");
+    assert!(!leader.alive(), "the old leader was killed");
     assert!(standby.alive());
+    s.cleanup().await;
+}
+
+/// `freeze-operator-leader` stops the leader until the standby holds the Lease, then lets it
+/// run again; the thawed one finds its renew deadline passed and exits, the standby leads on.
+#[tokio::test]
+async fn freezing_the_operator_leader_lets_the_standby_lead_and_the_thawed_one_steps_down() {
+    let bed = Testbed::get();
+    let s = Scenario::new(bed, "fault-opfreeze").await;
+    let (mut leader, mut standby) = leader_and_standby(&s).await;
+    let leases: Api<Lease> = Api::namespaced(s.client.clone(), &s.ns);
+    let said = faults::freeze_operator_leader(&s.ns, None, Some(Duration::from_secs(60))).unwrap();
+    assert!(
+        said.contains(&format!("SIGCONT to local process pid {}", leader.pid()))
+            && said.contains(&format!("now held by kmirror-operator-{}", standby.pid())),
+        "{said}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while leader.alive() {
+        assert!(
+            Instant::now() < deadline,
+            "the thawed leader still runs 15 s after SIGCONT: {}",
+            leader.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(standby.alive());
+    assert_eq!(
+        holder(&leases, "kmirror-operator").await,
+        Some(format!("kmirror-operator-{}", standby.pid()))
+    );
     s.cleanup().await;
 }
 

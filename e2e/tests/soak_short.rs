@@ -1,7 +1,9 @@
 //! The chaos soak, short and with a fixed seed (the long run is `make soak`): kmirror under
 //! traffic on the replicated pair while a seeded schedule of faults runs, then every partition
 //! verified. Passes only with nothing lost, duplicated, mismatched or stuck without a reason.
-//! `KMIRROR_SHORT_SOAK_MINUTES` (default 3) and `KMIRROR_SHORT_SOAK_SEED` (default 1) change it.
+//! `KMIRROR_SHORT_SOAK_MINUTES` (default 3) and `KMIRROR_SHORT_SOAK_SEED` (default 11) change it.
+//! Seed 11's three minutes hold a zombie fetcher, a killed operator leader and a frozen one
+//! that thaws believing it leads (two operators overlap).
 
 use kmirror_e2e::soak::{Options, run};
 
@@ -11,7 +13,7 @@ async fn a_short_seeded_soak_loses_duplicates_and_shifts_nothing() {
     let minutes: f64 = var("KMIRROR_SHORT_SOAK_MINUTES", "3")
         .parse()
         .expect("KMIRROR_SHORT_SOAK_MINUTES is a number");
-    let seed: u64 = var("KMIRROR_SHORT_SOAK_SEED", "1")
+    let seed: u64 = var("KMIRROR_SHORT_SOAK_SEED", "11")
         .parse()
         .expect("KMIRROR_SHORT_SOAK_SEED is a number");
     let (table, passed) = run(&Options {

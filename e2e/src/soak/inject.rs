@@ -129,6 +129,12 @@ pub async fn inject(ctx: &mut Ctx<'_>, fault: &PlannedFault) -> Injected {
                 .await
                 .map(|s| first_line(&s))
         }
+        FaultKind::OperatorOverlap => {
+            let ns = ctx.s.ns.clone();
+            blocking(move || faults::freeze_operator_leader(&ns, None, None))
+                .await
+                .map(|s| s.lines().last().unwrap_or_default().to_string())
+        }
         FaultKind::PauseResume => pause_resume(ctx, &mut rng).await,
         FaultKind::FailoverFailback => {
             let outcome = cycle::run(ctx).await;

@@ -28,6 +28,9 @@ pub enum FaultKind {
     Zombie,
     /// SIGKILL the operator replica holding the Lease.
     KillOperatorLeader,
+    /// SIGSTOP the operator replica holding the Lease until another leads, then SIGCONT: two
+    /// operators overlap, both believing they lead.
+    OperatorOverlap,
     /// Pause a topic, resume it later.
     PauseResume,
     /// Fail a topic over, fail it back, and mirror it forward again.
@@ -36,7 +39,7 @@ pub enum FaultKind {
 
 impl FaultKind {
     /// Every kind, in report order.
-    pub const ALL: [FaultKind; 10] = [
+    pub const ALL: [FaultKind; 11] = [
         FaultKind::BrokerKill,
         FaultKind::BrokerSigstop,
         FaultKind::BrokerRestart,
@@ -45,6 +48,7 @@ impl FaultKind {
         FaultKind::UncleanElection,
         FaultKind::Zombie,
         FaultKind::KillOperatorLeader,
+        FaultKind::OperatorOverlap,
         FaultKind::PauseResume,
         FaultKind::FailoverFailback,
     ];
@@ -60,6 +64,7 @@ impl FaultKind {
             FaultKind::UncleanElection => "unclean-election",
             FaultKind::Zombie => "zombie-fetcher",
             FaultKind::KillOperatorLeader => "kill-operator-leader",
+            FaultKind::OperatorOverlap => "operator-overlap",
             FaultKind::PauseResume => "pause-resume",
             FaultKind::FailoverFailback => "failover-failback",
         }
@@ -76,6 +81,7 @@ impl FaultKind {
             FaultKind::UncleanElection => 90,
             FaultKind::Zombie => 60,
             FaultKind::KillOperatorLeader => 40,
+            FaultKind::OperatorOverlap => 45,
             FaultKind::PauseResume => 40,
             FaultKind::FailoverFailback => 180,
         })
