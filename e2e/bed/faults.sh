@@ -425,7 +425,7 @@ _operator_leader() {
     shim="${cid#process://}"
     pid="$(pgrep -P "$shim" | head -n 1)"
     [ -n "$pid" ] || die "pod $ns/$holder holds lease $lease but its container process (shim $shim) is not running"
-    what="pod $ns/$holder, container process pid $pid (shim $shim); the container restarts like after a crash"
+    what="pod $ns/$holder, container process pid $pid (shim $shim)"
   elif [[ "$holder" =~ ^kmirror-operator-([0-9]+)$ ]] && [[ "$(cat "/proc/${BASH_REMATCH[1]}/comm" 2>/dev/null)" == kmirror-operato* ]]; then
     pid="${BASH_REMATCH[1]}"
     what="local process pid $pid"
@@ -455,7 +455,9 @@ fault_kill_operator_leader() {
   _operator_leader "${F_POS[0]}"
   local t0=$SECONDS
   kill -KILL "$OP_PID"
-  say "kill-operator-leader: lease $OP_NS/$OP_LEASE held by $OP_HOLDER; SIGKILL to $OP_WHAT; another replica takes over once the lease expires (leaseDurationSeconds=${OP_DURATION:-?})"
+  local restarts=""
+  [[ "$OP_WHAT" == pod* ]] && restarts="; the container restarts like after a crash"
+  say "kill-operator-leader: lease $OP_NS/$OP_LEASE held by $OP_HOLDER; SIGKILL to $OP_WHAT$restarts; another replica takes over once the lease expires (leaseDurationSeconds=${OP_DURATION:-?})"
   if ((F_WAIT > 0)); then
     _operator_leader_moved kill-operator-leader "$t0" || die "lease $OP_NS/$OP_LEASE still held by $OP_HOLDER ${F_WAIT}s after the kill"
   fi
