@@ -43,6 +43,10 @@ metadata:
   name: $namespace
   labels:
     app.kubernetes.io/part-of: kmirror
+    # The operator and fetcher pods meet the restricted Pod Security Standard: enforce it.
+    pod-security.kubernetes.io/enforce: restricted
+    pod-security.kubernetes.io/enforce-version: latest
+    pod-security.kubernetes.io/warn: restricted
 YAML
 } >"$out/namespace.yaml"
 

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
+use crate::client_properties::{Client, allowed, canonical, refusal};
 use crate::duration::parse_duration;
 use crate::filter::Selector;
 use crate::v1alpha1::{ClusterMirrorSpec, KafkaConnection, MirrorTopicSpec, SECRET_PROPERTIES};
@@ -43,19 +44,39 @@ fn invalid(field: impl Into<String>, message: impl Into<String>) -> Invalid {
     }
 }
 
-fn check_properties(field: &str, properties: &BTreeMap<String, String>, out: &mut Vec<Invalid>) {
+fn check_properties(
+    field: &str,
+    client: Client,
+    properties: &BTreeMap<String, String>,
+    out: &mut Vec<Invalid>,
+) {
     for key in properties.keys() {
-        if SECRET_PROPERTIES.contains(&key.as_str()) || key.ends_with(".password") {
+        if SECRET_PROPERTIES.contains(&canonical(key)) || key.ends_with(".password") {
             out.push(invalid(
                 format!("{field}.{key}"),
                 "secret values are never accepted inline; use a Secret reference",
             ));
+        } else if !allowed(client, key) {
+            out.push(invalid(format!("{field}.{key}"), refusal(client, field)));
         }
     }
 }
 
 fn check_connection(field: &str, connection: &KafkaConnection, out: &mut Vec<Invalid>) {
-    check_properties(&format!("{field}.properties"), &connection.properties, out);
+    check_properties(
+        &format!("{field}.properties"),
+        Client::Connection,
+        &connection.properties,
+        out,
+    );
+    if !connection.allow_insecure {
+        for what in connection.insecure_settings() {
+            out.push(invalid(
+                field.to_string(),
+                format!("{what}; set {field}.allowInsecure: true to accept that"),
+            ));
+        }
+    }
     for server in connection.bootstrap_servers.split(',') {
         let port_ok = server
             .rsplit_once(':')
@@ -97,11 +118,13 @@ pub fn cluster_mirror(spec: &ClusterMirrorSpec) -> Vec<Invalid> {
     }
     check_properties(
         "spec.fetcher.consumerProperties",
+        Client::Consumer,
         &spec.fetcher.consumer_properties,
         &mut out,
     );
     check_properties(
         "spec.fetcher.producerProperties",
+        Client::Producer,
         &spec.fetcher.producer_properties,
         &mut out,
     );

@@ -27,11 +27,39 @@ pub fn test_bin_dir() -> PathBuf {
 /// Creates a namespace with a unique name starting with `prefix`, annotated with
 /// [`BIN_PATH_ANNOTATION`] = [`test_bin_dir`].
 pub async fn create(client: &kube::Client, prefix: &str) -> anyhow::Result<String> {
+    create_with_labels(
+        client,
+        prefix,
+        serde_json::json!({"kmirror.io/test": "true"}),
+    )
+    .await
+}
+
+/// Like [`create`], with the restricted Pod Security Standard enforced (as
+/// `deploy/namespace.yaml` has it): every pod kmirror creates there must meet it.
+pub async fn create_restricted(client: &kube::Client, prefix: &str) -> anyhow::Result<String> {
+    create_with_labels(
+        client,
+        prefix,
+        serde_json::json!({
+            "kmirror.io/test": "true",
+            "pod-security.kubernetes.io/enforce": "restricted",
+            "pod-security.kubernetes.io/enforce-version": "latest"
+        }),
+    )
+    .await
+}
+
+async fn create_with_labels(
+    client: &kube::Client,
+    prefix: &str,
+    labels: serde_json::Value,
+) -> anyhow::Result<String> {
     let name = unique_name(prefix).to_lowercase().replace('_', "-");
     let ns: Namespace = serde_json::from_value(serde_json::json!({
         "metadata": {
             "name": name,
-            "labels": {"kmirror.io/test": "true"},
+            "labels": labels,
             "annotations": {BIN_PATH_ANNOTATION: test_bin_dir().display().to_string()}
         }
     }))?;

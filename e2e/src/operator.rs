@@ -174,12 +174,13 @@ pub struct Scenario {
 }
 
 impl Scenario {
-    /// A fresh namespace with the CRDs installed and the destination's `mirror` credentials in
-    /// Secret `destination-credentials` (key `password`).
+    /// A fresh namespace (the restricted Pod Security Standard enforced) with the CRDs installed
+    /// and the destination's `mirror` credentials in Secret `destination-credentials` (key
+    /// `password`).
     pub async fn new(bed: &Testbed, prefix: &str) -> Scenario {
         let client = bed.kube_client().await.expect("kube client");
         crate::crds::install(&client).await.expect("CRDs");
-        let ns = crate::namespace::create(&client, prefix)
+        let ns = crate::namespace::create_restricted(&client, prefix)
             .await
             .expect("namespace");
         let s = Scenario { client, ns };
@@ -192,10 +193,13 @@ impl Scenario {
         s
     }
 
-    /// Creates or replaces a Secret with one key.
+    /// Creates or replaces a Secret with one key, labelled for kmirror to read
+    /// (`kmirror.io/credentials: "true"`).
     pub async fn secret(&self, name: &str, key: &str, value: &str) {
         let secret: Secret = serde_json::from_value(json!({
-            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "stringData": {key: value}
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": name, "labels": {"kmirror.io/credentials": "true"}},
+            "stringData": {key: value}
         }))
         .unwrap();
         Api::<Secret>::namespaced(self.client.clone(), &self.ns)
@@ -214,6 +218,7 @@ impl Scenario {
             "source": {"bootstrapServers": bed.source_bootstrap()},
             "destination": {
                 "bootstrapServers": bed.dest_bootstrap(),
+                "allowInsecure": true,
                 "sasl": {"mechanism": "PLAIN", "username": "mirror",
                          "password": {"name": "destination-credentials", "key": "password"}}
             },

@@ -30,6 +30,7 @@ fn valid_mirror_spec() -> Value {
     json!({
         "source": {"bootstrapServers": "127.0.0.1:19092"},
         "destination": {"bootstrapServers": "127.0.0.1:29092",
+            "allowInsecure": true,
             "sasl": {"mechanism": "PLAIN", "username": "mirror",
                      "password": {"name": "creds", "key": "password"}}}
     })
@@ -134,7 +135,55 @@ async fn invalid_objects_are_rejected_with_clear_messages() {
         (
             "inline password in properties",
             mirror_with("/source/properties", json!({"sasl.password": "hunter2"})),
-            "properties must not set secrets",
+            "properties takes only tuning keys",
+        ),
+        (
+            "a secret in consumerProperties",
+            mirror_with(
+                "/fetcher",
+                json!({"consumerProperties": {"ssl.key.password": "hunter2"}}),
+            ),
+            "consumerProperties takes only tuning keys",
+        ),
+        (
+            "a security setting in producerProperties",
+            mirror_with(
+                "/fetcher",
+                json!({"producerProperties": {"enable.ssl.certificate.verification": "false"}}),
+            ),
+            "producerProperties takes only tuning keys",
+        ),
+        (
+            "the bootstrap list under an alias",
+            mirror_with(
+                "/source/properties",
+                json!({"metadata.broker.list": "elsewhere:9092"}),
+            ),
+            "properties takes only tuning keys",
+        ),
+        (
+            "SASL without TLS",
+            mirror_with("/destination/allowInsecure", json!(false)),
+            "SASL without TLS sends the credentials readable on the network",
+        ),
+        (
+            "no host name check",
+            mirror_with(
+                "/source/tls",
+                json!({"ca": {"name": "s", "key": "ca.crt"}, "verifyHostname": false}),
+            ),
+            "tls.verifyHostname: false accepts a certificate issued for another host",
+        ),
+        (
+            "an http token endpoint",
+            mirror_with(
+                "/source",
+                json!({"bootstrapServers": "a:9093", "tls": {},
+                       "sasl": {"mechanism": "OAUTHBEARER", "oauth": {
+                           "tokenEndpointUrl": "http://idp.example/token", "clientId": "c",
+                           "clientSecret": {"name": "s", "key": "secret"}}}}),
+            ),
+            "an http:// token endpoint sends the OAuth client secret readable",
         ),
         (
             "filter with name and prefix",
@@ -361,6 +410,12 @@ async fn forbidden_updates_are_refused_and_allowed_ones_pass() {
     patch_mirror(json!({"fetcher": {"partitionsPerPod": 4}}))
         .await
         .expect("tuning the fetchers");
+    patch_mirror(json!({"fetcher": {
+        "consumerProperties": {"fetch.wait.max.ms": "100", "fetch.message.max.bytes": "1048576"},
+        "producerProperties": {"queue.buffering.max.ms": "20", "batch.size": "65536"}
+    }}))
+    .await
+    .expect("tuning keys, also under their aliases");
     namespace::delete(&client, &ns).await;
 }
 

@@ -56,6 +56,7 @@ fn mirror_spec(bed: &Testbed) -> serde_json::Value {
         "source": {"bootstrapServers": bed.var("KMIRROR_R_SOURCE_BOOTSTRAP")},
         "destination": {
             "bootstrapServers": bed.var("KMIRROR_R_DEST_BOOTSTRAP"),
+            "allowInsecure": true,
             "sasl": {"mechanism": "PLAIN", "username": "mirror",
                      "password": {"name": "destination-credentials", "key": "password"}}
         },

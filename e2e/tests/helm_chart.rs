@@ -238,7 +238,7 @@ fn operator_grants() -> BTreeSet<Grant> {
         (
             "",
             "pods",
-            &["get", "list", "watch", "create", "patch", "delete"],
+            &["get", "list", "watch", "create", "delete"],
             "",
         ),
         ("", "secrets", &["get", "list", "watch"], ""),

@@ -97,6 +97,7 @@ fn simple_mirror() -> Value {
     json!({
         "source": {"bootstrapServers": "source.example:9092"},
         "destination": {"bootstrapServers": "destination.example:9093",
+            "allowInsecure": true,
             "sasl": {"mechanism": "PLAIN", "username": "mirror",
                      "password": {"name": "destination-credentials", "key": "password"}}}
     })
@@ -644,6 +645,7 @@ fn failback_mirror_spec() -> Value {
         },
         "destination": {
             "bootstrapServers": "kafka-b.example:9092",
+            "allowInsecure": true,
             "sasl": {"mechanism": "PLAIN", "username": "mirror",
                      "password": {"name": "destination-credentials", "key": "password"}}
         },
@@ -1339,6 +1341,7 @@ async fn verify_runs_the_verifier_against_the_real_clusters() {
                 },
                 "destination": {
                     "bootstrapServers": bed.dest_bootstrap(),
+                    "allowInsecure": true,
                     "sasl": {"mechanism": "PLAIN", "username": bed.var("KMIRROR_ADMIN_USER"),
                              "password": {"name": "destination-admin", "key": "password"}}
                 }

@@ -210,6 +210,7 @@ async fn oauthbearer_destination_mirrors_with_tokens_from_the_identity_provider(
     let mut spec = Scenario::mirror_spec(bed);
     spec["destination"] = json!({
         "bootstrapServers": bed.var("KMIRROR_DEST_OAUTH_BOOTSTRAP"),
+        "allowInsecure": true,
         "sasl": {"mechanism": "OAUTHBEARER", "oauth": {
             "tokenEndpointUrl": bed.var("KMIRROR_OIDC_TOKEN_URL"),
             "clientId": bed.var("KMIRROR_OIDC_MIRROR_CLIENT_ID"),

@@ -59,7 +59,18 @@ pub struct SideArgs {
 /// Secret files are placed in `dir`.
 pub fn side_args(side: Side, conn: &KafkaConnection, dir: &Path) -> SideArgs {
     let s = side.as_str();
-    let mut properties: BTreeMap<String, String> = conn.properties.clone();
+    // Tuning keys only, as the operator takes them; kmirror's settings below win.
+    let mut properties: BTreeMap<String, String> = conn
+        .properties
+        .iter()
+        .filter(|(k, _)| {
+            kmirror_crds::client_properties::allowed(
+                kmirror_crds::client_properties::Client::Connection,
+                k,
+            )
+        })
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
     let mut property_files: BTreeMap<String, PathBuf> = BTreeMap::new();
     let mut files = Vec::new();
     let mut file = |field: &str, r: &SecretKeyRef, name: &str| -> PathBuf {
@@ -320,6 +331,7 @@ mod tests {
                 oauth: None,
             }),
             properties: BTreeMap::from([("client.id".into(), "verify".into())]),
+            allow_insecure: true,
         }
     }
 

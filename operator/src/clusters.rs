@@ -13,7 +13,7 @@ use rdkafka::ClientConfig;
 use rdkafka::admin::AdminClient;
 use rdkafka::client::DefaultClientContext;
 
-use crate::connection::{SecretValues, operator_settings};
+use crate::connection::{CREDENTIALS_LABEL, SecretValues, UnlabelledSecret, operator_settings};
 use crate::error::{Cause, KafkaError};
 use crate::pods::fnv1a;
 
@@ -109,19 +109,35 @@ impl Cluster {
     }
 }
 
-/// Cache of connected clusters.
+/// Cache of connected clusters, by configuration (a hash that covers the secret values). Each
+/// connection of a mirror (namespace, side, spec) points at the configuration it resolved to
+/// last: a rotated or deleted credential evicts the client built with the old one.
 #[derive(Default)]
 pub struct Clusters {
     cache: Mutex<HashMap<u64, Arc<Cluster>>>,
+    slots: Mutex<HashMap<String, u64>>,
 }
 
-/// Reads the values of every Secret key a connection refers to; also returns a hash of the
-/// Secrets' resource versions (a change means fetcher pods must be replaced).
+/// Whether a Secret opts in to be read by kmirror ([`CREDENTIALS_LABEL`]` = "true"`).
+pub fn opted_in(secret: &Secret) -> bool {
+    secret
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(CREDENTIALS_LABEL))
+        .is_some_and(|v| v == "true")
+}
+
+/// Reads the values of every Secret key a connection refers to (`field`: where the connection
+/// sits); also returns a hash of the Secrets' resource versions (a change means fetcher pods
+/// must be replaced). A Secret without the opt-in label is an error: none of its values are
+/// used, so nothing is sent to the cluster.
 pub async fn secret_values(
     client: &kube::Client,
     namespace: &str,
     conn: &KafkaConnection,
-) -> Result<(SecretValues, String), kube::Error> {
+    field: &str,
+) -> Result<(SecretValues, String), Cause> {
     let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let mut values = SecretValues::new();
     let mut versions = String::new();
@@ -132,6 +148,13 @@ pub async fn secret_values(
         let Some(secret) = api.get_opt(&r.name).await? else {
             continue;
         };
+        if !opted_in(&secret) {
+            return Err(UnlabelledSecret {
+                role: field.to_string(),
+                secret: r.name.clone(),
+            }
+            .into());
+        }
         versions.push_str(&format!(
             "{}={};",
             r.name,
@@ -154,6 +177,36 @@ fn settings_key(side: &str, settings: &ClusterSettings) -> u64 {
 }
 
 impl Clusters {
+    /// Points `slot` at configuration `key` (None: at nothing) and drops the client of the
+    /// configuration it pointed at before, unless another slot still uses it.
+    fn evict(&self, slot: &str, key: Option<u64>) {
+        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        let previous = match key {
+            Some(k) => slots.insert(slot.to_string(), k),
+            None => slots.remove(slot),
+        };
+        if let Some(old) = previous
+            && Some(old) != key
+            && !slots.values().any(|k| *k == old)
+        {
+            self.cache
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&old);
+            tracing::info!(slot = %slot.lines().take(2).collect::<Vec<_>>().join("/"), "dropped the client of replaced credentials");
+        }
+    }
+
+    /// How many clients are cached.
+    pub fn len(&self) -> usize {
+        self.cache.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// Whether no client is cached.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// The cluster a connection points at, with credentials resolved from Secrets in
     /// `namespace`. `field` names the connection in errors (e.g. `spec.source`).
     pub async fn get(
@@ -163,9 +216,28 @@ impl Clusters {
         conn: &KafkaConnection,
         side: &'static str,
     ) -> Result<(Arc<Cluster>, String), Cause> {
-        let (values, secrets_version) = secret_values(client, namespace, conn).await?;
-        let settings = operator_settings(conn, &format!("spec.{side}"), &values)?;
+        let slot = format!(
+            "{namespace}\n{side}\n{}",
+            serde_json::to_string(conn).unwrap_or_default()
+        );
+        let resolved = match secret_values(client, namespace, conn, &format!("spec.{side}")).await {
+            Ok((values, version)) => operator_settings(conn, &format!("spec.{side}"), &values)
+                .map(|settings| (settings, version))
+                .map_err(Cause::from),
+            Err(e) => Err(e),
+        };
+        let (settings, secrets_version) = match resolved {
+            Ok(r) => r,
+            Err(e) => {
+                // The credentials are gone or unusable: so is every client built with them.
+                if matches!(e, Cause::MissingSecret(_) | Cause::UnlabelledSecret(_)) {
+                    self.evict(&slot, None);
+                }
+                return Err(e);
+            }
+        };
         let key = settings_key(side, &settings);
+        self.evict(&slot, Some(key));
         if let Some(c) = self
             .cache
             .lock()
@@ -189,5 +261,43 @@ impl Clusters {
             .unwrap_or_else(|p| p.into_inner())
             .insert(key, cluster.clone());
         Ok((cluster, secrets_version))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cluster(key: u64) -> Arc<Cluster> {
+        let mut config = ClientConfig::new();
+        config.set("bootstrap.servers", "127.0.0.1:1");
+        let admin = config.create().unwrap();
+        Arc::new(Cluster::new(config, admin, "source", key))
+    }
+
+    #[test]
+    fn a_rotated_or_deleted_credential_evicts_the_old_client() {
+        let clusters = Clusters::default();
+        let put = |key: u64| {
+            clusters.cache.lock().unwrap().insert(key, cluster(key));
+        };
+        put(1);
+        clusters.evict("ns/a\nsource\n{}", Some(1));
+        put(1);
+        clusters.evict("ns/b\nsource\n{}", Some(1));
+        assert_eq!(clusters.len(), 1, "two mirrors share one configuration");
+        // Mirror a's Secret rotates: b still uses the old configuration.
+        put(2);
+        clusters.evict("ns/a\nsource\n{}", Some(2));
+        assert_eq!(clusters.len(), 2);
+        // b's rotates too: the old client goes.
+        clusters.evict("ns/b\nsource\n{}", Some(2));
+        assert_eq!(clusters.len(), 1);
+        assert!(clusters.cache.lock().unwrap().contains_key(&2));
+        // Deleted: nothing left once no slot points at it.
+        clusters.evict("ns/a\nsource\n{}", None);
+        assert_eq!(clusters.len(), 1);
+        clusters.evict("ns/b\nsource\n{}", None);
+        assert!(clusters.is_empty());
     }
 }

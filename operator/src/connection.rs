@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use k8s_openapi::api::core::v1::{KeyToPath, SecretVolumeSource, Volume, VolumeMount};
+use kmirror_crds::client_properties::{Client, allowed, canonical};
 use kmirror_crds::v1alpha1::{KafkaConnection, SaslMechanism, SecretKeyRef};
 use kmirror_state::ClusterSettings;
 
@@ -20,8 +21,66 @@ pub struct MissingSecret {
     pub key: String,
 }
 
-/// Values of the Secret keys a connection refers to, keyed by (secret, key).
-pub type SecretValues = BTreeMap<(String, String), Vec<u8>>;
+/// The label a Secret must carry for kmirror to read it: creating a ClusterMirror must not be a
+/// way to read any Secret of the namespace.
+pub const CREDENTIALS_LABEL: &str = "kmirror.io/credentials";
+
+/// A referenced Secret that does not opt in with [`CREDENTIALS_LABEL`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{role} refers to Secret {secret:?}, which does not carry the label {CREDENTIALS_LABEL}=true: \
+     kmirror reads only Secrets labelled for it (kubectl label secret {secret} {CREDENTIALS_LABEL}=true); \
+     nothing was sent to the cluster"
+)]
+pub struct UnlabelledSecret {
+    /// Where the reference sits (e.g. `spec.destination`).
+    pub role: String,
+    /// Secret name.
+    pub secret: String,
+}
+
+/// Values of the Secret keys a connection refers to, keyed by (secret, key). `Debug` names the
+/// keys, never the values.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct SecretValues(BTreeMap<(String, String), Vec<u8>>);
+
+impl SecretValues {
+    /// No values.
+    pub fn new() -> SecretValues {
+        SecretValues::default()
+    }
+}
+
+impl<const N: usize> From<[((String, String), Vec<u8>); N]> for SecretValues {
+    fn from(values: [((String, String), Vec<u8>); N]) -> SecretValues {
+        SecretValues(BTreeMap::from(values))
+    }
+}
+
+impl std::ops::Deref for SecretValues {
+    type Target = BTreeMap<(String, String), Vec<u8>>;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for SecretValues {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
+impl std::fmt::Debug for SecretValues {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(
+                self.0
+                    .keys()
+                    .map(|(secret, key)| format!("{secret}/{key}: <redacted>")),
+            )
+            .finish()
+    }
+}
 
 fn value(values: &SecretValues, field: &str, r: &SecretKeyRef) -> Result<String, MissingSecret> {
     values
@@ -55,8 +114,12 @@ fn build(
     sink: Sink<'_>,
 ) -> Result<ClusterSettings, MissingSecret> {
     let mut s = ClusterSettings::new(&conn.bootstrap_servers);
+    // Tuning keys only (validation refuses the others; this keeps them out regardless), set
+    // first: every setting kmirror owns below wins.
     for (k, v) in &conn.properties {
-        s.properties.insert(k.clone(), v.clone());
+        if allowed(Client::Connection, k) {
+            s.properties.insert(k.clone(), v.clone());
+        }
     }
     s.properties
         .insert("security.protocol".into(), conn.security_protocol().into());
@@ -166,6 +229,13 @@ pub fn operator_settings(
     build(conn, field, Sink::Inline(values))
 }
 
+/// Whether `key` is a setting kmirror derived from the connection (not a tuning key).
+fn owned(settings: &ClusterSettings, key: &str) -> bool {
+    let key = canonical(key);
+    settings.property_files.contains_key(key)
+        || (settings.properties.contains_key(key) && !allowed(Client::Connection, key))
+}
+
 /// Fetcher arguments, volumes and mounts for one side (`source` or `destination`).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct PodConnection {
@@ -189,8 +259,18 @@ pub fn pod_connection(
     let mut out = PodConnection::default();
     out.args.push(format!("--{side}-bootstrap"));
     out.args.push(settings.bootstrap_servers.clone());
+    // The fetcher's own tuning keys override the connection's; kmirror's settings stay.
+    let client = if side == "source" {
+        Client::Consumer
+    } else {
+        Client::Producer
+    };
     let mut properties = settings.properties.clone();
-    properties.extend(extra.clone());
+    for (k, v) in extra {
+        if allowed(client, k) && !owned(&settings, k) {
+            properties.insert(k.clone(), v.clone());
+        }
+    }
     for (k, v) in &properties {
         out.args.push(format!("--{side}-property"));
         out.args.push(format!("{k}={v}"));
@@ -265,6 +345,73 @@ mod tests {
         assert_eq!(p["sasl.password"], "pw");
         assert_eq!(p["client.id"], "x");
         assert!(s.property_files.is_empty());
+    }
+
+    #[test]
+    fn kmirror_owned_settings_win_over_property_maps() {
+        let mut c = conn();
+        c.properties
+            .insert("security.protocol".into(), "PLAINTEXT".into());
+        c.properties
+            .insert("socket.keepalive.enable".into(), "true".into());
+        let extra = BTreeMap::from([
+            (
+                "security.protocol".to_string(),
+                "SASL_PLAINTEXT".to_string(),
+            ),
+            (
+                "enable.ssl.certificate.verification".to_string(),
+                "false".to_string(),
+            ),
+            (
+                "ssl.endpoint.identification.algorithm".to_string(),
+                "none".to_string(),
+            ),
+            ("metadata.broker.list".to_string(), "evil:9092".to_string()),
+            ("fetch.wait.max.ms".to_string(), "50".to_string()),
+            ("client.id".to_string(), "consumer".to_string()),
+        ]);
+        let args = pod_connection(&c, "source", &extra).args.join(" ");
+        for kept in [
+            "--source-bootstrap k:9093",
+            "security.protocol=SASL_SSL",
+            "ssl.endpoint.identification.algorithm=https",
+            "socket.keepalive.enable=true",
+            "fetch.wait.max.ms=50",
+            "client.id=consumer",
+        ] {
+            assert!(args.contains(kept), "{kept} in {args}");
+        }
+        for refused in [
+            "PLAINTEXT ",
+            "security.protocol=SASL_PLAINTEXT",
+            "enable.ssl.certificate.verification",
+            "=none",
+            "evil",
+        ] {
+            assert!(!args.contains(refused), "{refused} in {args}");
+        }
+        let values = SecretValues::from([
+            (("tls".into(), "ca.crt".into()), b"CA".to_vec()),
+            (("tls".into(), "tls.crt".into()), b"CRT".to_vec()),
+            (("tls".into(), "tls.key".into()), b"KEY".to_vec()),
+            (("creds".into(), "password".into()), b"pw".to_vec()),
+        ]);
+        let s = operator_settings(&c, "spec.source", &values).unwrap();
+        assert_eq!(s.properties["security.protocol"], "SASL_SSL");
+    }
+
+    #[test]
+    fn secret_values_do_not_show_in_debug() {
+        let values =
+            SecretValues::from([(("creds".into(), "password".into()), b"pw-4242".to_vec())]);
+        let shown = format!("{values:?}");
+        assert!(
+            !shown.contains("pw-4242") && shown.contains("creds/password"),
+            "{shown}"
+        );
+        let settings = operator_settings(&conn(), "spec.source", &values);
+        assert!(!format!("{settings:?}").contains("pw-4242"));
     }
 
     #[test]

@@ -19,6 +19,8 @@ use crate::status_writer::{HasStatus, StatusWriter, Written};
 pub struct Settings {
     /// Image of fetcher pods when a mirror does not set one.
     pub fetcher_image: String,
+    /// Which images and service accounts fetcher pods may use.
+    pub fetcher_policy: crate::policy::FetcherPolicy,
     /// Least time between two status writes of one object.
     pub status_interval: Duration,
 }

@@ -100,7 +100,9 @@ pub async fn run(
         )
         .watches(
             api::<Secret>(&client, ns),
-            watcher::Config::default(),
+            // Only Secrets that opt in: the operator never lists the namespace's other Secrets.
+            watcher::Config::default()
+                .labels(&format!("{}=true", crate::connection::CREDENTIALS_LABEL)),
             move |secret| {
                 mirror_store
                     .state()

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use thiserror::Error;
 
-use crate::connection::MissingSecret;
+use crate::connection::{MissingSecret, UnlabelledSecret};
 
 /// A Kafka cluster could not be reached or refused a request.
 #[derive(Debug, Clone, Error)]
@@ -31,6 +31,9 @@ pub enum Cause {
     /// A referenced Secret or key is missing.
     #[error(transparent)]
     MissingSecret(#[from] MissingSecret),
+    /// A referenced Secret does not opt in to be read by kmirror.
+    #[error(transparent)]
+    UnlabelledSecret(#[from] UnlabelledSecret),
     /// A Kafka cluster could not be reached or refused a request.
     #[error(transparent)]
     Kafka(#[from] KafkaError),
@@ -48,6 +51,7 @@ impl Cause {
         match self {
             Cause::Kube(_) => "kube",
             Cause::MissingSecret(_) => "missing_secret",
+            Cause::UnlabelledSecret(_) => "unlabelled_secret",
             Cause::Kafka(_) => "kafka",
             Cause::State(_) => "state_topic",
             Cause::Invalid(_) => "invalid",
@@ -142,6 +146,17 @@ pub enum Error {
         /// The limit.
         timeout: Duration,
     },
+    /// A pod of a fetcher's name exists that the MirrorTopic does not control.
+    #[error(
+        "pod {pod} exists and is not controlled by MirrorTopic {topic}: kmirror neither uses nor \
+         deletes it; delete or rename it"
+    )]
+    ForeignPod {
+        /// The pod.
+        pod: String,
+        /// The MirrorTopic.
+        topic: String,
+    },
     /// Listing the `MirrorTopic`s of a mirror.
     #[error("listing MirrorTopics: {0}")]
     ListMirrorTopics(#[source] kube::Error),
@@ -161,6 +176,7 @@ impl Error {
             | Error::ListPods(_)
             | Error::DeletePod { .. }
             | Error::CreatePod { .. }
+            | Error::ForeignPod { .. }
             | Error::WriteStatus { .. }
             | Error::StatusTimeout { .. }
             | Error::ListMirrorTopics(_) => "kube",

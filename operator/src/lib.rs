@@ -27,6 +27,7 @@ pub mod lifecycle;
 pub mod metrics;
 pub mod mirror_topic;
 pub mod pods;
+pub mod policy;
 pub mod reconcile;
 pub mod scope;
 pub mod source_gone;

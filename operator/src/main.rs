@@ -28,6 +28,17 @@ struct Args {
         default_value = "ghcr.io/kmirror/kmirror:0.1.0"
     )]
     fetcher_image: String,
+    /// Image prefixes a ClusterMirror's `spec.fetcher.image` may use, comma-separated (default:
+    /// the fetcher image only).
+    #[arg(long, env = "KMIRROR_ALLOWED_FETCHER_IMAGES", default_value = "")]
+    allowed_fetcher_images: String,
+    /// Service accounts fetcher pods may run as, comma-separated (default: `default` only).
+    #[arg(
+        long,
+        env = "KMIRROR_ALLOWED_FETCHER_SERVICE_ACCOUNTS",
+        default_value = ""
+    )]
+    allowed_fetcher_service_accounts: String,
     /// Address of /metrics, /healthz and /readyz.
     #[arg(long, env = "KMIRROR_HTTP_ADDR", default_value = "0.0.0.0:8080")]
     http_addr: SocketAddr,
@@ -81,6 +92,11 @@ async fn main() -> anyhow::Result<()> {
         client.clone(),
         Settings {
             fetcher_image: args.fetcher_image.clone(),
+            fetcher_policy: kmirror_operator::policy::FetcherPolicy::new(
+                &args.allowed_fetcher_images,
+                &args.allowed_fetcher_service_accounts,
+                &args.fetcher_image,
+            ),
             status_interval: Duration::from_millis(args.status_interval_ms),
         },
         Metrics::default(),

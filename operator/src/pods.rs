@@ -313,6 +313,16 @@ pub fn groups(partitions: &[i32], partitions_per_pod: i32) -> BTreeMap<i32, Vec<
     out
 }
 
+/// Whether `pod` is controlled by the object with UID `owner_uid` (its controller owner
+/// reference): labels alone can be made to collide, the UID cannot.
+pub fn controlled_by(pod: &k8s_openapi::api::core::v1::Pod, owner_uid: &str) -> bool {
+    pod.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.controller == Some(true) && o.uid == owner_uid)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -116,7 +116,7 @@ impl MirrorScope {
                 event: None,
             }));
         };
-        let problems = kmirror_crds::validate::cluster_mirror(&mirror.spec);
+        let problems = crate::policy::problems(&mirror.spec, &ctx.settings.fetcher_policy);
         if !problems.is_empty() {
             return Ok(Resolved::Unavailable(Unavailable {
                 reason: "InvalidMirror",
@@ -136,11 +136,16 @@ impl MirrorScope {
         ] {
             match ctx.clusters.get(&ctx.client, namespace, conn, side).await {
                 Ok(c) => clusters.push(c),
-                Err(Cause::MissingSecret(e)) => {
+                Err(e @ (Cause::MissingSecret(_) | Cause::UnlabelledSecret(_))) => {
+                    let reason = if matches!(e, Cause::MissingSecret(_)) {
+                        "SecretMissing"
+                    } else {
+                        "SecretNotLabelled"
+                    };
                     let message = e.to_string();
                     return Ok(Resolved::Unavailable(Unavailable {
-                        reason: "SecretMissing",
-                        event: Some(Note::warning("SecretMissing", "Connect", message.clone())),
+                        reason,
+                        event: Some(Note::warning(reason, "Connect", message.clone())),
                         message,
                         requeue: Duration::from_secs(30),
                     }));

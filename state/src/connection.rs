@@ -20,8 +20,9 @@ pub struct ConnectionError {
     pub source: std::io::Error,
 }
 
-/// Settings for connecting to one cluster.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// Settings for connecting to one cluster. Its `Debug` shows secret-bearing properties as
+/// `<redacted>`.
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct ClusterSettings {
     /// `host:port,...`.
     pub bootstrap_servers: String,
@@ -29,6 +30,36 @@ pub struct ClusterSettings {
     pub properties: BTreeMap<String, String>,
     /// librdkafka properties whose value is the content of a file (trailing newline removed).
     pub property_files: BTreeMap<String, PathBuf>,
+}
+
+/// Whether a librdkafka property carries secret material (its value is never shown).
+pub fn is_secret_property(key: &str) -> bool {
+    kmirror_crds::v1alpha1::SECRET_PROPERTIES.contains(&key)
+        || key.ends_with(".password")
+        || key.ends_with(".secret")
+        || key.ends_with(".pem") && key.contains("key")
+}
+
+impl std::fmt::Debug for ClusterSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let properties: BTreeMap<&str, &str> = self
+            .properties
+            .iter()
+            .map(|(k, v)| {
+                let shown = if is_secret_property(k) {
+                    "<redacted>"
+                } else {
+                    v.as_str()
+                };
+                (k.as_str(), shown)
+            })
+            .collect();
+        f.debug_struct("ClusterSettings")
+            .field("bootstrap_servers", &self.bootstrap_servers)
+            .field("properties", &properties)
+            .field("property_files", &self.property_files)
+            .finish()
+    }
 }
 
 impl ClusterSettings {
@@ -100,6 +131,23 @@ impl ClusterSettings {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn debug_never_shows_a_secret_value() {
+        let s = ClusterSettings::new("k:9092")
+            .with("sasl.password", "hunter2")
+            .with("ssl.key.pem", "-----BEGIN PRIVATE KEY-----")
+            .with("sasl.oauthbearer.client.secret", "oauth-secret")
+            .with("client.id", "visible");
+        let shown = format!("{s:?}");
+        for secret in ["hunter2", "BEGIN PRIVATE KEY", "oauth-secret"] {
+            assert!(!shown.contains(secret), "{shown}");
+        }
+        assert!(
+            shown.contains("visible") && shown.contains("<redacted>"),
+            "{shown}"
+        );
+    }
 
     #[test]
     fn file_properties_are_read_and_trimmed() {

@@ -305,8 +305,22 @@ pub enum IsolationLevel {
 }
 
 /// Fetcher pods: image, resources, packing and tuning.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, kube::KubeSchema)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = kube::core::Rule::new(crate::client_properties::cel_rule(
+        crate::client_properties::Client::Consumer,
+        "consumerProperties",
+    ))
+    .message("consumerProperties takes only tuning keys (fetch.*, queued.*, max.partition.fetch.bytes and the connection tuning keys); connection, security, delivery and secret settings belong to kmirror")
+    .reason(kube::core::Reason::FieldValueForbidden),
+    validation = kube::core::Rule::new(crate::client_properties::cel_rule(
+        crate::client_properties::Client::Producer,
+        "producerProperties",
+    ))
+    .message("producerProperties takes only tuning keys (linger.ms, batch.*, queue.buffering.*, compression.* and the connection tuning keys); connection, security, delivery and secret settings belong to kmirror")
+    .reason(kube::core::Reason::FieldValueForbidden),
+)]
 pub struct FetcherSpec {
     /// Container image with the `kmirror-fetcher` binary. Default: the operator's own image.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -335,11 +349,15 @@ pub struct FetcherSpec {
     #[serde(default = "default_prefix_alignment_limit")]
     #[schemars(range(min = 0))]
     pub prefix_alignment_limit: i64,
-    /// Extra librdkafka properties for the source consumer (secrets are rejected).
+    /// Extra librdkafka properties for the source consumer: tuning keys only
+    /// (`kmirror_crds::client_properties`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 64))]
     pub consumer_properties: BTreeMap<String, String>,
-    /// Extra librdkafka properties for the destination producer (secrets are rejected).
+    /// Extra librdkafka properties for the destination producer: tuning keys only
+    /// (`kmirror_crds::client_properties`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 64))]
     pub producer_properties: BTreeMap<String, String>,
     /// Service account of fetcher pods. Default: the namespace's `default`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -24,9 +24,23 @@ pub const SECRET_PROPERTIES: &[&str] = &[
 /// Connection settings for one Kafka cluster.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, kube::KubeSchema)]
 #[serde(rename_all = "camelCase")]
-#[x_kube(validation = kube::core::Rule::new(
-    "!has(self.properties) || ['sasl.password', 'sasl.username', 'sasl.jaas.config', 'sasl.oauthbearer.client.secret', 'sasl.oauthbearer.config', 'ssl.key.password', 'ssl.key.pem', 'ssl.keystore.password', 'ssl_key', 'bootstrap.servers', 'security.protocol'].all(k, !(k in self.properties))"
-).message("properties must not set secrets or connection basics (passwords, keys, JAAS config, bootstrap.servers, security.protocol): use bootstrapServers and the tls/sasl blocks with Secret references").reason(kube::core::Reason::FieldValueForbidden))]
+#[x_kube(
+    validation = kube::core::Rule::new(crate::client_properties::cel_rule(
+        crate::client_properties::Client::Connection,
+        "properties",
+    ))
+    .message("properties takes only tuning keys (client.id, socket.*, reconnect/retry backoffs, metadata ages, message sizes); connection, security and secret settings belong to kmirror: use bootstrapServers and the tls/sasl blocks with Secret references")
+    .reason(kube::core::Reason::FieldValueForbidden),
+    validation = kube::core::Rule::new("!has(self.sasl) || has(self.tls) || (has(self.allowInsecure) && self.allowInsecure)")
+        .message("SASL without TLS sends the credentials readable on the network: add the tls block, or set allowInsecure: true to accept that (kmirror then raises a Warning)")
+        .reason(kube::core::Reason::FieldValueForbidden),
+    validation = kube::core::Rule::new("!has(self.tls) || !has(self.tls.verifyHostname) || self.tls.verifyHostname || (has(self.allowInsecure) && self.allowInsecure)")
+        .message("tls.verifyHostname: false accepts a certificate issued for another host: set allowInsecure: true to accept that (kmirror then raises a Warning)")
+        .reason(kube::core::Reason::FieldValueForbidden),
+    validation = kube::core::Rule::new("!has(self.sasl) || !has(self.sasl.oauth) || self.sasl.oauth.tokenEndpointUrl.startsWith('https://') || (has(self.allowInsecure) && self.allowInsecure)")
+        .message("an http:// token endpoint sends the OAuth client secret readable on the network: use https://, or set allowInsecure: true to accept that (kmirror then raises a Warning)")
+        .reason(kube::core::Reason::FieldValueForbidden),
+)]
 pub struct KafkaConnection {
     /// Comma-separated `host:port` list of brokers to bootstrap from.
     #[schemars(
@@ -45,11 +59,17 @@ pub struct KafkaConnection {
     /// SASL authentication. Absent: no SASL.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sasl: Option<SaslConfig>,
-    /// Extra librdkafka client properties (for example `client.id`, `socket.keepalive.enable`).
-    /// Secrets and the connection basics are rejected here.
+    /// Extra librdkafka client properties: tuning keys only (for example `client.id`,
+    /// `socket.keepalive.enable`; the list is in `kmirror_crds::client_properties`). Connection,
+    /// security and secret settings are refused here.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    #[schemars(extend("maxProperties" = 128))]
+    #[schemars(extend("maxProperties" = 64))]
     pub properties: BTreeMap<String, String>,
+    /// Accept a connection that exposes credentials or skips a check: SASL without TLS,
+    /// `tls.verifyHostname: false`, an `http://` OAuth token endpoint. Refused without it; with
+    /// it kmirror raises a Warning Event and condition naming what is insecure.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_insecure: bool,
 }
 
 /// TLS towards the cluster; every certificate and key comes from a Secret.
@@ -184,6 +204,29 @@ impl KafkaConnection {
             }
         }
         refs
+    }
+
+    /// What is insecure about this connection (credentials readable on the network, a check
+    /// skipped), whether or not `allowInsecure` accepts it.
+    pub fn insecure_settings(&self) -> Vec<&'static str> {
+        let mut out = Vec::new();
+        if self.sasl.is_some() && self.tls.is_none() {
+            out.push("SASL without TLS: the credentials cross the network readable");
+        }
+        if self.tls.as_ref().is_some_and(|t| !t.verify_hostname) {
+            out.push(
+                "tls.verifyHostname is false: a certificate issued for another host is accepted",
+            );
+        }
+        if self
+            .sasl
+            .as_ref()
+            .and_then(|s| s.oauth.as_ref())
+            .is_some_and(|o| !o.token_endpoint_url.starts_with("https://"))
+        {
+            out.push("the OAuth token endpoint is not https: the client secret crosses the network readable");
+        }
+        out
     }
 
     /// The Kafka `security.protocol` this connection implies.

@@ -110,6 +110,7 @@ pub async fn apply(bed: &Testbed, s: &Scenario, prefix: &str) {
             "source": {"bootstrapServers": bed.var("KMIRROR_R_SOURCE_BOOTSTRAP")},
             "destination": {
                 "bootstrapServers": bed.var("KMIRROR_R_DEST_BOOTSTRAP"),
+                "allowInsecure": true,
                 "sasl": {"mechanism": "PLAIN", "username": "mirror",
                          "password": {"name": "destination-credentials", "key": "password"}}
             },

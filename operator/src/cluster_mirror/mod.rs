@@ -73,6 +73,9 @@ async fn connect(ctx: &Context, cm: &ClusterMirror, side: &'static str) -> Side 
     let (cluster, secrets_version) = match ctx.clusters.get(&ctx.client, &ns, conn, side).await {
         Ok(c) => c,
         Err(e @ Cause::MissingSecret(_)) => return side_failed("SecretNotFound", e.to_string()),
+        Err(e @ Cause::UnlabelledSecret(_)) => {
+            return side_failed("SecretNotLabelled", e.to_string());
+        }
         Err(e) => return side_failed("InvalidConnection", e.to_string()),
     };
     let reach = match cluster.cluster_id(Duration::from_secs(10)).await {
@@ -109,7 +112,7 @@ async fn apply(cm: Arc<ClusterMirror>, ctx: Arc<Context>) -> Result<Action> {
     let key = key_of(&cm);
     let now = Time(Timestamp::now());
 
-    let problems = kmirror_crds::validate::cluster_mirror(&cm.spec);
+    let problems = crate::policy::problems(&cm.spec, &ctx.settings.fetcher_policy);
     if !problems.is_empty() {
         let message = kmirror_crds::validate::describe(&problems);
         ctx.publish(

@@ -156,6 +156,22 @@ pub fn mirror_health(facts: &Facts<'_>, counts: &PartitionCounts) -> Health {
     )
 }
 
+/// What `allowInsecure` accepts in `cm`'s connections, side by side.
+pub fn insecure_settings(cm: &ClusterMirror) -> Vec<String> {
+    [
+        ("spec.source", &cm.spec.source),
+        ("spec.destination", &cm.spec.destination),
+    ]
+    .into_iter()
+    .filter(|(_, c)| c.allow_insecure)
+    .flat_map(|(field, c)| {
+        c.insecure_settings()
+            .into_iter()
+            .map(move |what| format!("{field}: {what}"))
+    })
+    .collect()
+}
+
 /// The status of `cm` and the events to publish.
 pub fn status(
     cm: &ClusterMirror,
@@ -186,6 +202,39 @@ pub fn status(
                 format!("{}: {}", side.to_lowercase(), s.message),
             ));
         }
+    }
+    let insecure = insecure_settings(cm);
+    let previous = old.and_then(|st| condition_is(&st.conditions, "InsecureConnection"));
+    if insecure.is_empty() {
+        if previous.is_some() {
+            set_condition(
+                &mut status.conditions,
+                "InsecureConnection",
+                false,
+                "Secure",
+                "no connection exposes credentials or skips a check",
+                generation,
+                now,
+            );
+        }
+    } else {
+        let message = format!("allowed by allowInsecure: {}", insecure.join("; "));
+        if previous != Some(true) {
+            notes.push(Note::warning(
+                "InsecureConnection",
+                "Validate",
+                message.clone(),
+            ));
+        }
+        set_condition(
+            &mut status.conditions,
+            "InsecureConnection",
+            true,
+            "AllowInsecure",
+            message,
+            generation,
+            now,
+        );
     }
     status.source_cluster_id = facts.source.id.clone().or(status.source_cluster_id);
     status.destination_cluster_id = facts
@@ -313,6 +362,55 @@ mod tests {
     fn condition<'a>(s: &'a ClusterMirrorStatus, type_: &str) -> (&'a str, &'a str) {
         let c = s.conditions.iter().find(|c| c.type_ == type_).unwrap();
         (c.status.as_str(), c.reason.as_str())
+    }
+
+    #[test]
+    fn an_allowed_insecure_connection_is_a_condition_and_one_warning() {
+        let now = Time(Timestamp::from_second(100).unwrap());
+        let up = reach(true);
+        let facts = Facts {
+            source: &up,
+            destination: &up,
+            sync: None,
+            topics: &[],
+        };
+        let mut cm = mirror();
+        let (secure, notes) = status(&cm, &facts, &now);
+        assert!(notes.is_empty());
+        assert!(
+            !secure
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "InsecureConnection")
+        );
+        cm.spec.destination = serde_json::from_value(serde_json::json!({
+            "bootstrapServers": "d:9092", "allowInsecure": true,
+            "sasl": {"mechanism": "PLAIN", "username": "u", "password": {"name": "s", "key": "p"}}
+        }))
+        .unwrap();
+        let (insecure, notes) = status(&cm, &facts, &now);
+        assert_eq!(
+            condition(&insecure, "InsecureConnection"),
+            ("True", "AllowInsecure")
+        );
+        let message = &insecure
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "InsecureConnection")
+            .unwrap()
+            .message;
+        assert!(
+            message.contains("spec.destination: SASL without TLS"),
+            "{message}"
+        );
+        assert_eq!(notes.len(), 1, "one Warning when it becomes insecure");
+        assert_eq!(notes[0].reason, "InsecureConnection");
+        cm.status = Some(insecure);
+        let (_, notes) = status(&cm, &facts, &now);
+        assert!(notes.is_empty(), "no repeat while it stays so");
+        cm.spec.destination.sasl = None;
+        let (fixed, _) = status(&cm, &facts, &now);
+        assert_eq!(condition(&fixed, "InsecureConnection"), ("False", "Secure"));
     }
 
     #[test]

@@ -6,12 +6,13 @@ use k8s_openapi::api::core::v1::Pod;
 use kmirror_crds::v1alpha1::{ClusterMirror, MirrorTopic, PartitionState};
 use kmirror_state::records::{PartitionRecords, RecordKind, StateKey};
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ListParams};
+use kube::api::{Api, ListParams};
 
 use super::claim::{Claim, claim};
+use super::execute::delete_own_pod;
 use crate::context::{Context, Note};
 use crate::error::{Error, Result};
-use crate::pods::{LABEL_MIRROR_TOPIC, label_value};
+use crate::pods::{LABEL_MIRROR_TOPIC, controlled_by, label_value};
 use crate::reconcile::Cleanup;
 
 /// The state records of a deleted topic to tombstone: all but those of STOPPED partitions.
@@ -56,16 +57,19 @@ pub async fn stop_fetchers(ctx: &Context, mt: &MirrorTopic) -> Result<usize> {
         )))
         .await
         .map_err(Error::ListPods)?;
-    for pod in pods
+    let owner_uid = mt.uid().unwrap_or_default();
+    let own: Vec<&Pod> = pods
         .items
+        .iter()
+        .filter(|p| controlled_by(p, &owner_uid))
+        .collect();
+    for pod in own
         .iter()
         .filter(|p| p.metadata.deletion_timestamp.is_none())
     {
-        let _ = pods_api
-            .delete(&pod.name_any(), &DeleteParams::default())
-            .await;
+        let _ = delete_own_pod(&pods_api, &pod.name_any(), &owner_uid, &mt.name_any()).await;
     }
-    Ok(pods.items.len())
+    Ok(own.len())
 }
 
 /// Cleans up after a deleted `MirrorTopic`.

@@ -9,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kmirror_crds::v1alpha1::MirrorTopic;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, PostParams, Preconditions};
 
 use super::events::{count_transitions, new_data_losses, record_partitions};
 use super::plan::{Plan, TopicChange};
@@ -17,7 +17,7 @@ use super::pod_view::PodView;
 use crate::context::{Context, FIELD_MANAGER};
 use crate::error::{Cause, Error, Result};
 use crate::leases::ledger::Holder;
-use crate::pods::ANNOTATION_PARTITIONS;
+use crate::pods::{ANNOTATION_PARTITIONS, controlled_by};
 use crate::scope::MirrorScope;
 use crate::{destination_topic, failback, failover, kafka};
 
@@ -89,33 +89,42 @@ pub async fn execute(
     }
 
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &scope.namespace());
+    let owner_uid = mt.uid().unwrap_or_default();
     for pod in &plan.delete_pods {
-        tracing::info!(%name, %pod, "deleting fetcher pod");
-        match pods.delete(pod, &DeleteParams::default()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(source) => {
-                return Err(Error::DeletePod {
-                    pod: pod.clone(),
-                    source,
-                });
-            }
-        }
+        delete_own_pod(&pods, pod, &owner_uid, &name).await?;
     }
     let mut lease_holders = std::mem::take(&mut plan.lease_holders);
     for pod in &plan.create_pods {
         let pod_name = pod.name_any();
-        let created = pods
-            .patch(
-                &pod_name,
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(pod),
+        let create_error = |source| Error::CreatePod {
+            pod: pod_name.clone(),
+            source,
+        };
+        // A plain create (the operator needs no patch on pods); a pod of that name that exists
+        // already is used only when this MirrorTopic controls it.
+        let created = match pods
+            .create(
+                &PostParams {
+                    field_manager: Some(FIELD_MANAGER.to_string()),
+                    ..Default::default()
+                },
+                pod,
             )
             .await
-            .map_err(|source| Error::CreatePod {
-                pod: pod_name.clone(),
-                source,
-            })?;
+        {
+            Ok(created) => created,
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                let existing = pods.get(&pod_name).await.map_err(create_error)?;
+                if !controlled_by(&existing, &owner_uid) {
+                    return Err(Error::ForeignPod {
+                        pod: pod_name.clone(),
+                        topic: name.clone(),
+                    });
+                }
+                existing
+            }
+            Err(source) => return Err(create_error(source)),
+        };
         let partitions = pod.annotations().get(ANNOTATION_PARTITIONS).cloned();
         tracing::info!(%name, pod = %pod_name, partitions = ?partitions, "created fetcher pod");
         // The new pod may hold its partitions' write leases.
@@ -146,4 +155,45 @@ pub async fn execute(
     }
     let wait = ctx.write_status(mt, plan.status).await?;
     Ok(plan.requeue.max(wait))
+}
+
+/// Deletes fetcher pod `pod` when the MirrorTopic with UID `owner_uid` controls it — and only
+/// that very pod (a UID precondition): a pod that merely carries kmirror's labels is left alone.
+pub async fn delete_own_pod(
+    pods: &Api<Pod>,
+    pod: &str,
+    owner_uid: &str,
+    topic: &str,
+) -> Result<()> {
+    let existing = match pods.get_opt(pod).await {
+        Ok(Some(p)) => p,
+        Ok(None) => return Ok(()),
+        Err(source) => {
+            return Err(Error::DeletePod {
+                pod: pod.to_string(),
+                source,
+            });
+        }
+    };
+    if !controlled_by(&existing, owner_uid) {
+        tracing::warn!(%topic, %pod, "not deleting pod {pod}: MirrorTopic {topic} does not control it");
+        return Ok(());
+    }
+    tracing::info!(%topic, %pod, "deleting fetcher pod");
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: existing.metadata.uid.clone(),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    match pods.delete(pod, &params).await {
+        Ok(_) => Ok(()),
+        // Gone, or replaced by another pod of the same name meanwhile.
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
+        Err(source) => Err(Error::DeletePod {
+            pod: pod.to_string(),
+            source,
+        }),
+    }
 }
