@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 export CARGO_TARGET_DIR ?= $(HOME)/.cache/kmirror/target
 
-.PHONY: test demo lint build testbed-up testbed-down crds bench bench-fetcher image image-check deploy-manifests soak
+.PHONY: deny test demo lint build testbed-up testbed-down crds bench bench-fetcher image image-check deploy-manifests soak
 
 ## test: lint, start the test bed if needed, run every test, stop what was started.
 test:
@@ -21,6 +21,11 @@ crds:
 lint:
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
+
+## deny: cargo-deny licences, bans (duplicate versions listed) and sources; advisories when the
+## RustSec database can be fetched. Part of test.
+deny:
+	e2e/deny.sh
 
 build:
 	cargo build --workspace --bins

@@ -30,6 +30,7 @@ done
 step "lint"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
+e2e/deny.sh
 
 step "build"
 # One build for everything: the tests' helpers and the bed's node agent build the same way, so

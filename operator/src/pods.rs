@@ -4,8 +4,10 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction,
-    ObjectFieldSelector, Pod, PodSecurityContext, PodSpec, Probe, SeccompProfile, SecurityContext,
+    ObjectFieldSelector, Pod, PodSecurityContext, PodSpec, Probe, ResourceRequirements,
+    SeccompProfile, SecurityContext,
 };
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kmirror_crds::v1alpha1::{ClusterMirror, IsolationLevel, MirrorTopic};
 use kube::Resource;
@@ -187,6 +189,17 @@ impl FetcherPod<'_> {
         format!("{:016x}", fnv1a(text.as_bytes()))
     }
 
+    /// The container's resources: the spec's, or small defaults that bound the damage of one
+    /// fetcher (requests 100m CPU and 128Mi; a 512Mi memory limit, above a fetcher's peak).
+    fn resources(&self) -> ResourceRequirements {
+        self.mirror
+            .spec
+            .fetcher
+            .resources
+            .clone()
+            .unwrap_or_else(default_resources)
+    }
+
     fn image(&self) -> String {
         self.mirror
             .spec
@@ -279,7 +292,7 @@ impl FetcherPod<'_> {
                     }]),
                     readiness_probe: Some(probe("/readyz", 5, 3)),
                     liveness_probe: Some(probe("/healthz", 10, 6)),
-                    resources: self.mirror.spec.fetcher.resources.clone(),
+                    resources: Some(self.resources()),
                     volume_mounts: Some(mounts),
                     security_context: Some(SecurityContext {
                         allow_privilege_escalation: Some(false),
@@ -311,6 +324,19 @@ pub fn groups(partitions: &[i32], partitions_per_pod: i32) -> BTreeMap<i32, Vec<
             .push(p);
     }
     out
+}
+
+/// Resources of a fetcher container whose ClusterMirror sets none.
+pub fn default_resources() -> ResourceRequirements {
+    let q = |v: &str| Quantity(v.to_string());
+    ResourceRequirements {
+        requests: Some(BTreeMap::from([
+            ("cpu".to_string(), q("100m")),
+            ("memory".to_string(), q("128Mi")),
+        ])),
+        limits: Some(BTreeMap::from([("memory".to_string(), q("512Mi"))])),
+        ..Default::default()
+    }
 }
 
 /// Whether `pod` is controlled by the object with UID `owner_uid` (its controller owner
@@ -401,6 +427,13 @@ mod tests {
         assert_eq!(sc.read_only_root_filesystem, Some(true));
         assert_eq!(sc.allow_privilege_escalation, Some(false));
         assert_eq!(spec.security_context.unwrap().run_as_non_root, Some(true));
+        let resources = c.resources.as_ref().unwrap();
+        assert_eq!(
+            resources.limits.as_ref().unwrap()["memory"].0,
+            "512Mi",
+            "a memory limit by default"
+        );
+        assert!(resources.requests.as_ref().unwrap().contains_key("cpu"));
         let args = c.args.as_ref().unwrap().join(" ");
         assert!(args.contains("--mirror ns/dr"));
         assert!(args.contains("--partitions 0,1"));
