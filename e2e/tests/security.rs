@@ -415,3 +415,40 @@ async fn no_credential_value_leaks_into_logs_events_status_metrics_pods_or_plugi
     drop(op);
     s.cleanup().await;
 }
+
+/// A mirror never runs more fetcher pods than the installation allows per mirror.
+#[tokio::test]
+async fn a_mirror_runs_no_more_fetcher_pods_than_the_installation_allows() {
+    let bed = Testbed::get();
+    ensure_state_topic(bed);
+    let s = Scenario::new(bed, "sec-cap").await;
+    let topic = kmirror_e2e::kafka::unique_name("sec-cap");
+    kmirror_e2e::kafka::create_topic(&bed.source_config(), &topic, 3, &[])
+        .await
+        .unwrap();
+    let op = OperatorProcess::spawn(bed, &s.ns, &["--max-fetcher-pods-per-mirror", "2"]);
+    s.apply_mirror("dr", Scenario::mirror_spec(bed)).await;
+    s.apply_topic("t", json!({"mirror": "dr", "sourceTopic": topic}))
+        .await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let events = s.events("t").await;
+        if let Some((_, message)) = events.iter().find(|(r, _)| r == "FetcherPodLimit") {
+            assert!(message.contains("allows 2 per mirror"), "{message}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no FetcherPodLimit event: {events:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    for _ in 0..10 {
+        let pods = s.pods().await.len();
+        assert!(pods <= 2, "{pods} fetcher pods for a limit of 2");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert_eq!(s.pods().await.len(), 2, "the pods that fit run");
+    drop(op);
+    s.cleanup().await;
+}

@@ -21,6 +21,8 @@ pub struct Settings {
     pub fetcher_image: String,
     /// Which images and service accounts fetcher pods may use.
     pub fetcher_policy: crate::policy::FetcherPolicy,
+    /// Most fetcher pods one ClusterMirror may run.
+    pub max_fetcher_pods_per_mirror: usize,
     /// Least time between two status writes of one object.
     pub status_interval: Duration,
 }

@@ -39,6 +39,10 @@ struct Args {
         default_value = ""
     )]
     allowed_fetcher_service_accounts: String,
+    /// Most fetcher pods one ClusterMirror may run (beyond it no pod is created, and a Warning
+    /// Event says so).
+    #[arg(long, env = "KMIRROR_MAX_FETCHER_PODS_PER_MIRROR", default_value_t = 1000)]
+    max_fetcher_pods_per_mirror: usize,
     /// Address of /metrics, /healthz and /readyz.
     #[arg(long, env = "KMIRROR_HTTP_ADDR", default_value = "0.0.0.0:8080")]
     http_addr: SocketAddr,
@@ -97,6 +101,7 @@ async fn main() -> anyhow::Result<()> {
                 &args.allowed_fetcher_service_accounts,
                 &args.fetcher_image,
             ),
+            max_fetcher_pods_per_mirror: args.max_fetcher_pods_per_mirror,
             status_interval: Duration::from_millis(args.status_interval_ms),
         },
         Metrics::default(),

@@ -14,8 +14,7 @@ use crate::context::{Context, Note};
 use crate::error::{Cause, Error, Result};
 use crate::state_cache::StateCache;
 
-/// How long a reconcile waits for a state topic's first full read.
-pub const STATE_LOAD_WAIT: Duration = Duration::from_secs(20);
+pub use crate::state_cache::STATE_LOAD_WAIT;
 
 /// A mirror with everything resolved.
 pub struct MirrorScope {

@@ -68,6 +68,9 @@ fn me() -> &'static (String, String) {
     })
 }
 
+/// How long a reconcile waits for a state topic's first full read.
+pub const STATE_LOAD_WAIT: Duration = Duration::from_secs(20);
+
 /// How long a claim may take to be read back.
 const CLAIM_WAIT: Duration = Duration::from_secs(15);
 
@@ -345,7 +348,7 @@ impl StateCache {
     /// holds the claim in force already; returns the claim's token. Every reconcile that reads
     /// or writes a mirror's state calls this first.
     pub async fn own(self: &Arc<Self>, mirror: &str) -> Result<i64> {
-        if !self.wait_loaded(crate::scope::STATE_LOAD_WAIT).await {
+        if !self.wait_loaded(STATE_LOAD_WAIT).await {
             return Err(StateError(format!(
                 "{} is still being read; nothing is decided before it is read to its end",
                 self.topic

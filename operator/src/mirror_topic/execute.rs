@@ -9,15 +9,15 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kmirror_crds::v1alpha1::MirrorTopic;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, PostParams, Preconditions};
+use kube::api::{Api, DeleteParams, ListParams, PostParams, Preconditions};
 
 use super::events::{count_transitions, new_data_losses, record_partitions};
 use super::plan::{Plan, TopicChange};
 use super::pod_view::PodView;
-use crate::context::{Context, FIELD_MANAGER};
+use crate::context::{Context, FIELD_MANAGER, Note};
 use crate::error::{Cause, Error, Result};
 use crate::leases::ledger::Holder;
-use crate::pods::{ANNOTATION_PARTITIONS, controlled_by};
+use crate::pods::{ANNOTATION_PARTITIONS, LABEL_MIRROR, controlled_by};
 use crate::scope::MirrorScope;
 use crate::{destination_topic, failback, failover, kafka};
 
@@ -92,6 +92,9 @@ pub async fn execute(
     let owner_uid = mt.uid().unwrap_or_default();
     for pod in &plan.delete_pods {
         delete_own_pod(&pods, pod, &owner_uid, &name).await?;
+    }
+    if !plan.create_pods.is_empty() {
+        limit_pods(ctx, &pods, mt, &mut plan.create_pods).await?;
     }
     let mut lease_holders = std::mem::take(&mut plan.lease_holders);
     for pod in &plan.create_pods {
@@ -195,5 +198,55 @@ pub async fn delete_own_pod(
             pod: pod.to_string(),
             source,
         }),
+    }
+}
+
+/// How many of `planned` new pods fit when `existing` fetcher pods of the mirror run and the
+/// installation allows `limit` per mirror.
+pub fn pods_that_fit(existing: usize, planned: usize, limit: usize) -> usize {
+    planned.min(limit.saturating_sub(existing))
+}
+
+/// Drops the pods that would take the mirror's fetcher pods over the installation's limit, and
+/// says so (a Warning Event on the MirrorTopic).
+async fn limit_pods(ctx: &Context, pods: &Api<Pod>, mt: &MirrorTopic, create: &mut Vec<Pod>) -> Result<()> {
+    let limit = ctx.settings.max_fetcher_pods_per_mirror;
+    let existing = pods
+        .list(&ListParams::default().labels(&format!("{LABEL_MIRROR}={}", mt.spec.mirror)))
+        .await
+        .map_err(Error::ListPods)?
+        .items
+        .len();
+    let fit = pods_that_fit(existing, create.len(), limit);
+    if fit < create.len() {
+        let message = format!(
+            "ClusterMirror {} runs {existing} fetcher pods and this installation allows {limit} per \
+             mirror (--max-fetcher-pods-per-mirror, chart value fetcherPolicy.maxPodsPerMirror): \
+             {} of this topic's pods are not created; raise spec.fetcher.partitionsPerPod or the limit",
+            mt.spec.mirror,
+            create.len() - fit
+        );
+        ctx.publish(mt, &Note::warning("FetcherPodLimit", "CreatePods", message))
+            .await;
+        create.truncate(fit);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pods_that_fit;
+
+    #[test]
+    fn new_pods_fit_under_the_per_mirror_limit() {
+        for (existing, planned, limit, fit) in [
+            (0, 3, 1000, 3),
+            (998, 3, 1000, 2),
+            (1000, 3, 1000, 0),
+            (1200, 1, 1000, 0),
+            (0, 0, 0, 0),
+        ] {
+            assert_eq!(pods_that_fit(existing, planned, limit), fit, "{existing}+{planned}/{limit}");
+        }
     }
 }
