@@ -245,7 +245,7 @@ async fn visible(bed: &Testbed, s: &Scenario, op: &OperatorProcess) -> Vec<(Stri
         .unwrap();
     for pod in &pods.items {
         if let Some(ip) = pod.status.as_ref().and_then(|st| st.pod_ip.clone())
-            && let Some(body) = kmirror_e2e::operator::http_get(&format!("{ip}:8080"), "/metrics")
+            && let Some(body) = kmirror_e2e::operator::http_get(&format!("{ip}:9464"), "/metrics")
         {
             out.push((
                 format!("/metrics of pod {}", kube::ResourceExt::name_any(pod)),
