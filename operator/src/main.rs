@@ -41,7 +41,11 @@ struct Args {
     allowed_fetcher_service_accounts: String,
     /// Most fetcher pods one ClusterMirror may run (beyond it no pod is created, and a Warning
     /// Event says so).
-    #[arg(long, env = "KMIRROR_MAX_FETCHER_PODS_PER_MIRROR", default_value_t = 1000)]
+    #[arg(
+        long,
+        env = "KMIRROR_MAX_FETCHER_PODS_PER_MIRROR",
+        default_value_t = 1000
+    )]
     max_fetcher_pods_per_mirror: usize,
     /// Address of /metrics, /healthz and /readyz.
     #[arg(long, env = "KMIRROR_HTTP_ADDR", default_value = "0.0.0.0:8080")]

@@ -209,7 +209,12 @@ pub fn pods_that_fit(existing: usize, planned: usize, limit: usize) -> usize {
 
 /// Drops the pods that would take the mirror's fetcher pods over the installation's limit, and
 /// says so (a Warning Event on the MirrorTopic).
-async fn limit_pods(ctx: &Context, pods: &Api<Pod>, mt: &MirrorTopic, create: &mut Vec<Pod>) -> Result<()> {
+async fn limit_pods(
+    ctx: &Context,
+    pods: &Api<Pod>,
+    mt: &MirrorTopic,
+    create: &mut Vec<Pod>,
+) -> Result<()> {
     let limit = ctx.settings.max_fetcher_pods_per_mirror;
     let existing = pods
         .list(&ListParams::default().labels(&format!("{LABEL_MIRROR}={}", mt.spec.mirror)))
@@ -246,7 +251,11 @@ mod tests {
             (1200, 1, 1000, 0),
             (0, 0, 0, 0),
         ] {
-            assert_eq!(pods_that_fit(existing, planned, limit), fit, "{existing}+{planned}/{limit}");
+            assert_eq!(
+                pods_that_fit(existing, planned, limit),
+                fit,
+                "{existing}+{planned}/{limit}"
+            );
         }
     }
 }
