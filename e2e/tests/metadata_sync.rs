@@ -529,6 +529,21 @@ async fn a_failed_over_topic_no_longer_follows_the_old_source_and_keeps_its_acls
         )
         .is_ok_and(|b| !b.is_empty())
     };
+    // The ACL sync has seen the app's bindings (READ reaches the destination while mirroring)
+    // before the failover: the failover applies the set the sync read.
+    eventually(
+        "the app's READ reached the destination",
+        Duration::from_secs(60),
+        async || {
+            kmirror_state::kafka_admin::describe_acls(
+                dest_admin.inner(),
+                &acl(ResourceType::Topic, &topic, Operation::Read),
+                TIMEOUT,
+            )
+            .is_ok_and(|b| !b.is_empty())
+        },
+    )
+    .await;
     s.patch_topic(
         "t",
         json!({"state": "Stopped", "failover": {"mode": "Immediate"}}),
