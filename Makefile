@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 export CARGO_TARGET_DIR ?= $(HOME)/.cache/kmirror/target
 
-.PHONY: deny test demo lint build testbed-up testbed-down crds bench bench-fetcher image image-check deploy-manifests soak
+.PHONY: deny sbom test demo lint build testbed-up testbed-down crds bench bench-fetcher image image-check deploy-manifests soak
 
 ## test: lint, start the test bed if needed, run every test, stop what was started.
 test:
@@ -21,6 +21,11 @@ crds:
 lint:
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
+
+## sbom: a CycloneDX SBOM of the shipped binaries' crates in $(CARGO_TARGET_DIR)/sbom.cdx.json
+## (also written by image; checked by test).
+sbom:
+	deploy/sbom.py $(CARGO_TARGET_DIR)/sbom.cdx.json --check
 
 ## deny: cargo-deny licences, bans (duplicate versions listed) and sources; advisories when the
 ## RustSec database can be fetched. Part of test.
@@ -57,7 +62,7 @@ bench-fetcher:
 ## image: build the container image (Docker >= 23 with BuildKit, podman or buildah; pulls the
 ## Rust and distroless bases). IMAGE=ghcr.io/kmirror/kmirror:0.1.0 by default. See docs/image.md.
 IMAGE ?= ghcr.io/kmirror/kmirror:0.1.0
-image:
+image: sbom
 	@if docker info >/dev/null 2>&1; then docker build -t $(IMAGE) .; \
 	elif command -v podman >/dev/null; then podman build --layers -t $(IMAGE) .; \
 	elif command -v buildah >/dev/null; then buildah bud --layers -t $(IMAGE) .; \

@@ -31,6 +31,7 @@ step "lint"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 e2e/deny.sh
+deploy/sbom.py "${CARGO_TARGET_DIR:-$HOME/.cache/kmirror/target}/sbom.cdx.json" --check
 
 step "build"
 # One build for everything: the tests' helpers and the bed's node agent build the same way, so
