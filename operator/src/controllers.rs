@@ -8,6 +8,7 @@ use k8s_openapi::api::core::v1::{Pod, Secret};
 use kmirror_crds::v1alpha1::{ClusterMirror, MirrorTopic};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
+use kube::core::PartialObjectMeta;
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 
@@ -60,8 +61,8 @@ fn error_policy<K: ResourceExt>(
     }
 }
 
-/// Whether a Secret is referenced by a mirror's connections.
-fn references(cm: &ClusterMirror, secret: &Secret) -> bool {
+/// Whether a Secret (its metadata) is referenced by a mirror's connections.
+fn references(cm: &ClusterMirror, secret: &PartialObjectMeta<Secret>) -> bool {
     cm.namespace() == secret.namespace()
         && [&cm.spec.source, &cm.spec.destination].iter().any(|c| {
             c.secret_refs()
@@ -99,11 +100,13 @@ pub async fn run(
             |mt| mirror_topic::mirror_of(&mt),
         )
         .watches(
-            api::<Secret>(&client, ns),
-            // Only Secrets that opt in: the operator never lists the namespace's other Secrets.
+            // Only Secrets that opt in, and only their metadata (an `Api` of
+            // `PartialObjectMeta` asks for metadata only): a change notification is all this
+            // watch is for; values are read when a reconcile connects.
+            api::<PartialObjectMeta<Secret>>(&client, ns),
             watcher::Config::default()
                 .labels(&format!("{}=true", crate::connection::CREDENTIALS_LABEL)),
-            move |secret| {
+            move |secret: PartialObjectMeta<Secret>| {
                 mirror_store
                     .state()
                     .into_iter()
