@@ -452,3 +452,31 @@ async fn a_mirror_runs_no_more_fetcher_pods_than_the_installation_allows() {
     drop(op);
     s.cleanup().await;
 }
+
+/// `--metrics-addr` moves `/metrics` off the probe address (e.g. to loopback, for a scraping
+/// sidecar or node agent only); the probes stay.
+#[tokio::test]
+async fn metrics_can_be_served_on_an_address_of_their_own() {
+    use kmirror_e2e::operator::{free_port, http_get};
+    let bed = Testbed::get();
+    let s = Scenario::new(bed, "sec-metrics").await;
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let op = OperatorProcess::spawn(bed, &s.ns, &["--metrics-addr", &metrics]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while http_get(&op.http, "/healthz").is_none() {
+        assert!(Instant::now() < deadline, "/healthz never answered");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let body = http_get(&metrics, "/metrics").expect("/metrics on its own address");
+    assert!(body.contains("kmirror_operator_"), "{body}");
+    assert!(
+        http_get(&op.http, "/metrics").is_none(),
+        "/metrics is still served on the probe address"
+    );
+    assert!(
+        http_get(&metrics, "/healthz").is_none(),
+        "only /metrics there"
+    );
+    drop(op);
+    s.cleanup().await;
+}

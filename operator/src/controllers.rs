@@ -6,9 +6,9 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kmirror_crds::v1alpha1::{ClusterMirror, MirrorTopic};
+use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
-use kube::core::PartialObjectMeta;
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 

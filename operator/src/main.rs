@@ -50,6 +50,9 @@ struct Args {
     /// Address of /metrics, /healthz and /readyz.
     #[arg(long, env = "KMIRROR_HTTP_ADDR", default_value = "0.0.0.0:8080")]
     http_addr: SocketAddr,
+    /// Serve /metrics only on this address (e.g. 127.0.0.1:9090), not on --http-addr.
+    #[arg(long, env = "KMIRROR_METRICS_ADDR")]
+    metrics_addr: Option<SocketAddr>,
     /// Least milliseconds between two status writes of one object.
     #[arg(long, env = "KMIRROR_STATUS_INTERVAL_MS", default_value_t = 1000)]
     status_interval_ms: u64,
@@ -114,10 +117,10 @@ async fn main() -> anyhow::Result<()> {
         ctx: ctx.clone(),
         ready: Default::default(),
     });
-    let addr = args.http_addr;
+    let (addr, metrics_addr) = (args.http_addr, args.metrics_addr);
     let e = endpoints.clone();
     tokio::spawn(async move {
-        if let Err(err) = kmirror_operator::http::serve(addr, e).await {
+        if let Err(err) = kmirror_operator::http::serve(addr, metrics_addr, e).await {
             tracing::error!(%addr, "HTTP endpoints unavailable: {err}");
         }
     });
