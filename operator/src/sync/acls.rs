@@ -74,6 +74,23 @@ pub async fn sync(
     writable: Option<&str>,
     source_down: bool,
 ) -> PartResult {
+    // One ACL sync of a mirror at a time: a periodic sync must not interleave with a
+    // failover's grant (each reads the destination's bindings and kmirror's record of them,
+    // then writes both).
+    let lock = {
+        static LOCKS: std::sync::LazyLock<
+            std::sync::Mutex<
+                std::collections::HashMap<String, std::sync::Arc<tokio::sync::Mutex<()>>>,
+            >,
+        > = std::sync::LazyLock::new(Default::default);
+        LOCKS
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(scope.key.clone())
+            .or_default()
+            .clone()
+    };
+    let _one = lock.lock().await;
     let (cm, source, destination) = (&scope.mirror, &scope.source, &scope.destination);
     let Some(existing) = all_acls(destination).await? else {
         return Ok(

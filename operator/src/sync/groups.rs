@@ -123,14 +123,6 @@ fn plans(
         .collect()
 }
 
-/// Whether a partition's groups are the new primary's: it is STOPPED (writable there), or its
-/// failover ran the final sync already (it may become writable any moment).
-fn failed_over(records: &PartitionRecords) -> bool {
-    records.state.as_ref().is_some_and(|s| {
-        s.state == kmirror_crds::v1alpha1::PartitionState::Stopped || s.final_sync_done
-    })
-}
-
 fn group_consumer(
     config: &ClientConfig,
     group: &str,
@@ -272,7 +264,7 @@ pub async fn sync(
                 .filter(|t| !t.stopped)
                 .map(|t| &t.topic)
                 .collect();
-            plans(&scope.cache, &chosen, |_, r| !failed_over(r))
+            plans(&scope.cache, &chosen, |_, r| !super::failed_over(r))
         }
     };
     if plans.is_empty() {
@@ -371,14 +363,17 @@ mod tests {
             }),
             ..Default::default()
         };
-        assert!(!failed_over(&PartitionRecords::default()));
-        assert!(!failed_over(&at(Mirroring, false)));
-        assert!(!failed_over(&at(Stopping, false)), "draining: still synced");
+        assert!(!super::failed_over(&PartitionRecords::default()));
+        assert!(!super::failed_over(&at(Mirroring, false)));
         assert!(
-            failed_over(&at(Stopping, true)),
+            !super::failed_over(&at(Stopping, false)),
+            "draining: still synced"
+        );
+        assert!(
+            super::failed_over(&at(Stopping, true)),
             "may become writable any moment"
         );
-        assert!(failed_over(&at(Stopped, false)));
+        assert!(super::failed_over(&at(Stopped, false)));
     }
 
     #[test]

@@ -10,6 +10,7 @@ pub mod groups;
 use std::collections::BTreeMap;
 
 use kmirror_crds::v1alpha1::{ClusterMirror, MirrorTopic, PartitionState, SyncPartStatus};
+use kmirror_state::records::PartitionRecords;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 
@@ -61,8 +62,20 @@ pub type PartResult = Result<String, Cause>;
 pub struct Mirrored {
     /// The resource.
     pub topic: MirrorTopic,
-    /// Every partition is STOPPED (failed over).
+    /// Every partition is failed over ([`failed_over`]): the topic is (about to be) writable.
     pub stopped: bool,
+}
+
+/// Whether a partition belongs to the new primary: it is STOPPED (writable there), or its
+/// failover ran the final group sync already and is granting WRITE now (it becomes STOPPED
+/// next). A periodic sync that ran between the grant and STOPPED used to plan the topic as
+/// still mirroring, revoke the WRITE just granted, and — the topic frozen once STOPPED — never
+/// give it back.
+pub fn failed_over(records: &PartitionRecords) -> bool {
+    records
+        .state
+        .as_ref()
+        .is_some_and(|s| s.state == PartitionState::Stopped || s.final_sync_done)
 }
 
 /// The `MirrorTopic`s of a mirror, with their lifecycle summary.
@@ -81,12 +94,7 @@ pub async fn mirrored_topics(
         .filter(|t| t.spec.mirror == mirror.name_any() && t.metadata.deletion_timestamp.is_none())
         .map(|t| {
             let records = cache.topic(&key, &t.spec.source_topic);
-            let stopped = !records.is_empty()
-                && records.values().all(|r| {
-                    r.state
-                        .as_ref()
-                        .is_some_and(|s| s.state == PartitionState::Stopped)
-                });
+            let stopped = !records.is_empty() && records.values().all(failed_over);
             Mirrored { topic: t, stopped }
         })
         .collect())
