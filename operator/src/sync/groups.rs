@@ -363,17 +363,17 @@ mod tests {
             }),
             ..Default::default()
         };
-        assert!(!super::failed_over(&PartitionRecords::default()));
-        assert!(!super::failed_over(&at(Mirroring, false)));
+        assert!(!super::super::failed_over(&PartitionRecords::default()));
+        assert!(!super::super::failed_over(&at(Mirroring, false)));
         assert!(
-            !super::failed_over(&at(Stopping, false)),
+            !super::super::failed_over(&at(Stopping, false)),
             "draining: still synced"
         );
         assert!(
-            super::failed_over(&at(Stopping, true)),
+            super::super::failed_over(&at(Stopping, true)),
             "may become writable any moment"
         );
-        assert!(super::failed_over(&at(Stopped, false)));
+        assert!(super::super::failed_over(&at(Stopped, false)));
     }
 
     #[test]
