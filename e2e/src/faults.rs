@@ -287,15 +287,7 @@ pub fn kill_operator_leader(
     lease: Option<&str>,
     wait: Option<Duration>,
 ) -> anyhow::Result<String> {
-    let wait = wait.map(|w| w.as_secs().max(1).to_string());
-    let mut args = vec!["kill-operator-leader", namespace];
-    if let Some(l) = lease {
-        args.extend(["--lease", l]);
-    }
-    if let Some(w) = &wait {
-        args.extend(["--wait", w]);
-    }
-    verb(&args)
+    operator_leader_verb("kill-operator-leader", namespace, lease, wait)
 }
 
 /// SIGSTOPs the process holding the operator's Lease until another replica holds it (at most
@@ -306,8 +298,18 @@ pub fn freeze_operator_leader(
     lease: Option<&str>,
     wait: Option<Duration>,
 ) -> anyhow::Result<String> {
+    operator_leader_verb("freeze-operator-leader", namespace, lease, wait)
+}
+
+/// Runs an operator-leader verb with its `--lease` and `--wait` options.
+fn operator_leader_verb(
+    name: &str,
+    namespace: &str,
+    lease: Option<&str>,
+    wait: Option<Duration>,
+) -> anyhow::Result<String> {
     let wait = wait.map(|w| w.as_secs().max(1).to_string());
-    let mut args = vec!["freeze-operator-leader", namespace];
+    let mut args = vec![name, namespace];
     if let Some(l) = lease {
         args.extend(["--lease", l]);
     }
