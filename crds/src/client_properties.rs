@@ -74,6 +74,16 @@ pub const ALIASES: &[(&str, &str)] = &[
     ("ssl_key", "ssl.key.pem"),
 ];
 
+/// Whether a librdkafka property carries secret material (an alias resolved): never accepted
+/// inline, never shown.
+pub fn is_secret(key: &str) -> bool {
+    let key = canonical(key);
+    crate::v1alpha1::SECRET_PROPERTIES.contains(&key)
+        || key.ends_with(".password")
+        || key.ends_with(".secret")
+        || (key.ends_with(".pem") && key.contains("key"))
+}
+
 /// The property a key sets (an alias resolved).
 pub fn canonical(key: &str) -> &str {
     ALIASES
@@ -176,6 +186,16 @@ mod tests {
         ];
         for (client, key, expected) in cases {
             assert_eq!(allowed(client, key), expected, "{client:?} {key}");
+        }
+        for (key, secret) in [
+            ("sasl.password", true),
+            ("ssl_key", true),
+            ("ssl.keystore.password", true),
+            ("sasl.oauthbearer.client.secret", true),
+            ("client.id", false),
+            ("ssl.ca.pem", false),
+        ] {
+            assert_eq!(is_secret(key), secret, "{key}");
         }
     }
 

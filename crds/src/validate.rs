@@ -5,10 +5,10 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
-use crate::client_properties::{Client, allowed, canonical, refusal};
+use crate::client_properties::{Client, allowed, is_secret, refusal};
 use crate::duration::parse_duration;
 use crate::filter::Selector;
-use crate::v1alpha1::{ClusterMirrorSpec, KafkaConnection, MirrorTopicSpec, SECRET_PROPERTIES};
+use crate::v1alpha1::{ClusterMirrorSpec, KafkaConnection, MirrorTopicSpec};
 
 /// One problem with a resource's spec.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,7 +51,7 @@ fn check_properties(
     out: &mut Vec<Invalid>,
 ) {
     for key in properties.keys() {
-        if SECRET_PROPERTIES.contains(&canonical(key)) || key.ends_with(".password") {
+        if is_secret(key) {
             out.push(invalid(
                 format!("{field}.{key}"),
                 "secret values are never accepted inline; use a Secret reference",

@@ -410,7 +410,10 @@ mod tests {
             !shown.contains("pw-4242") && shown.contains("creds/password"),
             "{shown}"
         );
-        let settings = operator_settings(&conn(), "spec.source", &values);
+        let mut only_sasl = conn();
+        only_sasl.tls = None;
+        let settings = operator_settings(&only_sasl, "spec.source", &values).unwrap();
+        assert_eq!(settings.properties["sasl.password"], "pw-4242");
         assert!(!format!("{settings:?}").contains("pw-4242"));
     }
 

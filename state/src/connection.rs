@@ -32,21 +32,13 @@ pub struct ClusterSettings {
     pub property_files: BTreeMap<String, PathBuf>,
 }
 
-/// Whether a librdkafka property carries secret material (its value is never shown).
-pub fn is_secret_property(key: &str) -> bool {
-    kmirror_crds::v1alpha1::SECRET_PROPERTIES.contains(&key)
-        || key.ends_with(".password")
-        || key.ends_with(".secret")
-        || key.ends_with(".pem") && key.contains("key")
-}
-
 impl std::fmt::Debug for ClusterSettings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let properties: BTreeMap<&str, &str> = self
             .properties
             .iter()
             .map(|(k, v)| {
-                let shown = if is_secret_property(k) {
+                let shown = if kmirror_crds::client_properties::is_secret(k) {
                     "<redacted>"
                 } else {
                     v.as_str()
