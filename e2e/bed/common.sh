@@ -25,6 +25,16 @@ unset _var
 log() { printf '[testbed %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { printf '[testbed] ERROR: %s\n' "$*" >&2; exit 1; }
 
+# log_has_after FILE LINES REGEX: FILE has a line matching the extended REGEX after its first
+# LINES lines. One process, no pipe: under `set -o pipefail`, `tail | grep -q` fails whenever grep
+# stops early while tail still has more than a pipe's buffer to write (SIGPIPE, status 141), so
+# a long log made a started broker look as if it never started.
+log_has_after() {
+  # The pattern goes through the environment: awk -v would interpret its backslashes.
+  [ -f "$1" ] && LOG_HAS_AFTER_RE="$3" awk -v skip="$2" \
+    'NR > skip && $0 ~ ENVIRON["LOG_HAS_AFTER_RE"] { found = 1; exit } END { exit !found }' "$1"
+}
+
 # is_running NAME: true when the process recorded in $KM_PIDS/NAME.pid is alive.
 is_running() {
   local f="$KM_PIDS/$1.pid"

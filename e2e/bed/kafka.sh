@@ -494,8 +494,8 @@ kafka_start_one() {
 # kafka_started_after NAME PORT LINES: started, judging only log lines after LINES.
 kafka_started_after() {
   port_open 127.0.0.1 "$2" &&
-    tail -n "+$(($3 + 1))" "$KM_LOGS/kafka-$1.log" |
-    grep -qE 'Kafka Server started|\] started \(kafka.server.KafkaServer\)|Kafka controller started'
+    log_has_after "$KM_LOGS/kafka-$1.log" "$3" \
+      'Kafka Server started|\] started \(kafka\.server\.KafkaServer\)|Kafka controller started'
 }
 
 kafka_env() {
