@@ -1,8 +1,9 @@
 //! A compacted topic's check for the soak. Both clusters compact on their own schedules, so the
 //! destination may still hold records the source has already compacted away (`kmirror-verify`
 //! counts them as extra) and may have compacted away records the source still holds (counted as
-//! missing). Neither is a duplicate or a loss when a later record with the same key follows them
-//! on the side that still has them. Every soak record's value is unique (it names its topic, partition
+//! missing). Neither is a duplicate or a loss when the side that still has them may remove them:
+//! a later record with the same key follows them, or they are tombstones (a cleaner removes a
+//! tombstone, the key's last record, once it is older than `delete.retention.ms`). Every soak record's value is unique (it names its topic, partition
 //! and sequence number), so a value found twice on the destination is a real duplicate; and the
 //! latest record per key must be the same on both sides.
 
@@ -18,10 +19,11 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 pub struct CompactionCheck {
     /// Records read on the destination.
     pub destination_records: u64,
-    /// Destination records followed by a later record with the same key.
-    pub superseded: u64,
-    /// Source records followed by a later record with the same key.
-    pub source_superseded: u64,
+    /// Destination records a cleaner may remove: followed by a later record with the same key,
+    /// or tombstones.
+    pub removable: u64,
+    /// Source records a cleaner may remove.
+    pub source_removable: u64,
     /// Destination records whose (non-null) value appears more than once there.
     pub duplicate_values: u64,
     /// Keys whose latest value differs between the sides (a tombstone counts as absent).
@@ -32,13 +34,13 @@ pub struct CompactionCheck {
 
 impl CompactionCheck {
     /// Extra and missing records explained by compaction: no duplicate values, the same latest
-    /// value for every key, at least `extra` superseded records on the destination and at least
+    /// value for every key, at least `extra` removable records on the destination and at least
     /// `missing` on the source.
     pub fn explains(&self, extra: u64, missing: u64) -> bool {
         self.duplicate_values == 0
             && self.latest_mismatches == 0
-            && self.superseded >= extra
-            && self.source_superseded >= missing
+            && self.removable >= extra
+            && self.source_removable >= missing
     }
 }
 
@@ -106,8 +108,8 @@ fn latest(records: &[Record]) -> BTreeMap<Vec<u8>, Option<Vec<u8>>> {
     out
 }
 
-/// Records followed by a later record with the same key.
-fn superseded(records: &[Record]) -> u64 {
+/// Records a cleaner may remove: followed by a later record with the same key, or tombstones.
+fn removable(records: &[Record]) -> u64 {
     let mut last_index: HashMap<&[u8], usize> = HashMap::new();
     for (i, (k, _)) in records.iter().enumerate() {
         if let Some(k) = k {
@@ -117,10 +119,11 @@ fn superseded(records: &[Record]) -> u64 {
     records
         .iter()
         .enumerate()
-        .filter(|(i, (k, _))| {
-            k.as_ref()
-                .and_then(|k| last_index.get(k.as_slice()))
-                .is_some_and(|last| last > i)
+        .filter(|(i, (k, v))| {
+            v.is_none()
+                || k.as_ref()
+                    .and_then(|k| last_index.get(k.as_slice()))
+                    .is_some_and(|last| last > i)
         })
         .count() as u64
 }
@@ -131,8 +134,8 @@ pub fn compare(source: &[Record], destination: &[Record]) -> CompactionCheck {
         destination_records: destination.len() as u64,
         ..Default::default()
     };
-    c.superseded = superseded(destination);
-    c.source_superseded = superseded(source);
+    c.removable = removable(destination);
+    c.source_removable = removable(source);
     let mut seen: HashMap<&[u8], u64> = HashMap::new();
     for (_, v) in destination {
         if let Some(v) = v {
@@ -174,19 +177,36 @@ mod tests {
             r("b", None),
         ];
         let c = compare(&source, &destination);
-        assert_eq!(c.superseded, 2);
+        assert_eq!(
+            c.removable, 3,
+            "a1 and b1 are superseded, b's tombstone is removable"
+        );
         assert_eq!(c.duplicate_values, 0);
         assert_eq!(c.latest_mismatches, 0);
         assert!(c.explains(2, 0));
-        assert!(!c.explains(3, 0), "more extra records than superseded ones");
+        assert!(c.explains(3, 0));
+        assert!(!c.explains(4, 0), "more extra records than removable ones");
         // Compacted on the destination first: the source holds a superseded record it lacks.
         let c = compare(
             &[r("k", Some("k1")), r("k", Some("k2"))],
             &[r("k", Some("k2"))],
         );
-        assert_eq!(c.source_superseded, 1);
+        assert_eq!(c.source_removable, 1);
         assert!(c.explains(0, 1));
         assert!(!c.explains(0, 2));
+    }
+
+    #[test]
+    fn a_tombstone_one_side_has_removed_is_explained() {
+        // The source's cleaner removed a key's last record, a tombstone older than
+        // delete.retention.ms; the destination's has not yet.
+        let source = vec![r("a", Some("a1"))];
+        let destination = vec![r("a", Some("a1")), r("x", Some("x1")), r("x", None)];
+        assert!(compare(&source, &destination).explains(2, 0));
+        // And the other way round: the destination removed it first.
+        assert!(compare(&destination, &source).explains(0, 2));
+        // A live value is never removable on its own.
+        assert!(!compare(&[], &[r("y", Some("y1"))]).explains(1, 0));
     }
 
     #[test]

@@ -260,7 +260,7 @@ pub async fn run(opts: &Options) -> anyhow::Result<(String, bool)> {
         .filter(|v| v.mirror == MIRROR)
         .collect();
     // The compaction check reads both sides before the verifier does: with the traffic stopped
-    // both only compact further, so the destination records superseded at this read are at
+    // both only compact further, so the destination records removable at this read are at
     // least those the verifier will find extra later (and likewise on the source for missing
     // ones). Read after the verifier, the destination may have compacted meanwhile and a clean
     // partition look like duplicates.

@@ -156,6 +156,18 @@ pub fn render(f: &Findings) -> (String, Vec<String>) {
                     Some(Ok(c)) if r.different == 0 && c.explains(r.extra, r.missing) => {
                         (r.extra, r.missing)
                     }
+                    Some(Ok(c)) if r.extra + r.missing > 0 => {
+                        verifier_errors.push(format!(
+                            "{label}: compaction does not explain {} extra and {} missing: {} removable on the destination, {} on the source, {} values there twice, {} keys whose latest value differs",
+                            r.extra,
+                            r.missing,
+                            c.removable,
+                            c.source_removable,
+                            c.duplicate_values,
+                            c.latest_mismatches
+                        ));
+                        (0, 0)
+                    }
                     _ => (0, 0),
                 };
                 compacted_away += extra;
@@ -228,14 +240,14 @@ pub fn render(f: &Findings) -> (String, Vec<String>) {
     if compacted_early > 0 {
         let _ = writeln!(
             t,
-            "  (not counted: {compacted_early} source records the destination has compacted away; each is followed by a later record with the same key, and every key's latest value matches)"
+            "  (not counted: {compacted_early} source records the destination has compacted away; each is followed by a later record with the same key or a tombstone, and every key's latest value matches)"
         );
     }
     let _ = writeln!(t, "{:<34} {}", "duplicated", totals.duplicated);
     if compacted_away > 0 {
         let _ = writeln!(
             t,
-            "  (not counted: {compacted_away} destination records the source has compacted away; each is followed by a later record with the same key, no value is there twice, and every key's latest value matches)"
+            "  (not counted: {compacted_away} destination records the source has compacted away; each is followed by a later record with the same key or a tombstone, no value is there twice, and every key's latest value matches)"
         );
     }
     for (label, c) in &f.compaction {
@@ -562,7 +574,7 @@ mod tests {
         f.checks[0].report = Ok(report(0, 100, 0, 5));
         let check = CompactionCheck {
             destination_records: 105,
-            superseded: 7,
+            removable: 7,
             keys: 10,
             ..Default::default()
         };
@@ -581,10 +593,14 @@ mod tests {
                 ..check
             }),
         );
-        let (_, why) = render(&f);
+        let (table, why) = render(&f);
         assert!(
             why.iter().any(|w| w.contains("5 records duplicated")),
             "{why:?}"
+        );
+        assert!(
+            table.contains("a-0: compaction does not explain 5 extra and 0 missing: 7 removable on the destination, 0 on the source, 1 values there twice"),
+            "the table says why compaction did not explain them:\n{table}"
         );
     }
 }
