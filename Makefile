@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 export CARGO_TARGET_DIR ?= $(HOME)/.cache/kmirror/target
 
-.PHONY: deny sbom test demo lint build testbed-up testbed-down crds bench bench-fetcher image image-check deploy-manifests soak
+.PHONY: advisory-db deny sbom test demo lint build testbed-up testbed-down crds bench bench-fetcher image image-check deploy-manifests soak
 
 ## test: lint, start the test bed if needed, run every test, stop what was started.
 test:
@@ -27,10 +27,14 @@ lint:
 sbom:
 	deploy/sbom.py $(CARGO_TARGET_DIR)/sbom.cdx.json --check
 
-## deny: cargo-deny licences, bans (duplicate versions listed) and sources; advisories when the
-## RustSec database can be fetched. Part of test.
+## deny: cargo-deny licences, bans (duplicate versions listed), sources and RustSec advisories
+## (live database, or the committed snapshot deny/advisory-db.tar.xz offline). Part of test.
 deny:
 	e2e/deny.sh
+
+## advisory-db: refresh the committed RustSec snapshot from GitHub (ADVISORY_DB=URL-or-path).
+advisory-db:
+	deny/update-advisory-db.sh $(ADVISORY_DB)
 
 build:
 	cargo build --workspace --bins
