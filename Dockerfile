@@ -9,11 +9,17 @@
 
 # Must equal the channel in rust-toolchain.toml (a test checks it).
 ARG RUST_VERSION=1.95.0
-# Same Debian release as the runtime base, so the glibc and libssl3 the binaries link against
-# are the ones they run with.
+# The builder's Debian release: the runtime base's (debian12), so the glibc and libssl3 the
+# binaries link against are the ones they run with. Named in BUILDER_IMAGE's tag.
 ARG DEBIAN_RELEASE=bookworm
 
-FROM docker.io/library/rust:${RUST_VERSION}-slim-${DEBIAN_RELEASE} AS builder
+# The bases, pinned by digest: the tag says what a base is, the digest fixes its bytes. Both
+# must name RUST_VERSION and DEBIAN_RELEASE's images (a test checks the tags); bump them with
+# deploy/bump-base-digests.sh (docs/image.md, "Pinning the bases").
+ARG BUILDER_IMAGE=docker.io/library/rust:1.95.0-slim-bookworm@sha256:d7482085ff5b415f84dba5647ae71606650bdef00db7aeb69f4b3d170c3e4082
+ARG RUNTIME_IMAGE=gcr.io/distroless/cc-debian12:nonroot@sha256:9dac0a79194e45a7da0158a9c6da57b217585af0786db3845d1f0ec1a0dd182f
+
+FROM ${BUILDER_IMAGE} AS builder
 ARG RUST_VERSION
 # librdkafka is compiled by rdkafka-sys with CMake: a C toolchain, cmake, pkg-config and the
 # OpenSSL headers (the workspace enables rdkafka's "ssl" feature). zstd and libcurl (for
@@ -40,7 +46,7 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
  && cp target/release/kmirror-operator target/release/kmirror-fetcher target/release/kmirror-verify /out/
 
 # glibc, libgcc_s, libssl3, CA certificates, tzdata and the user nonroot (65532); no shell.
-FROM gcr.io/distroless/cc-debian12:nonroot
+FROM ${RUNTIME_IMAGE}
 LABEL org.opencontainers.image.title="kmirror" \
       org.opencontainers.image.description="Kafka cluster mirroring as a Kubernetes operator" \
       org.opencontainers.image.source="https://github.com/kmirror/kmirror" \

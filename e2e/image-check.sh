@@ -11,7 +11,8 @@
 #   gcr.io/distroless/cc-debian12:nonroot  the Debian packages distroless "cc" is made of
 #       (libc6, libgcc-s1, libgomp1, libstdc++6, libssl3, tzdata, netbase, base-files), unpacked,
 #       plus CA certificates and the users root and nonroot (65532). No shell, no libz.
-# Then `buildah bud --pull=never` runs the unchanged Dockerfile, and the result is checked: user,
+# Then `buildah bud --pull=never` runs the unchanged Dockerfile (its bases by tag, not by digest:
+# BUILDER_IMAGE and RUNTIME_IMAGE name the stand-ins), and the result is checked: user,
 # entrypoint, the three binaries, and each binary starting (--version) inside the image.
 #
 # Usage: e2e/image-check.sh [--rebuild-bases] [--keep]
@@ -44,8 +45,14 @@ arg_default() { sed -n "s/^ARG $1=\(.*\)$/\1/p" Dockerfile | head -1; }
 rust_version="$(arg_default RUST_VERSION)"
 debian="$(arg_default DEBIAN_RELEASE)"
 [ -n "$rust_version" ] && [ -n "$debian" ] || die "Dockerfile lacks ARG RUST_VERSION / DEBIAN_RELEASE"
-rust_base="docker.io/library/rust:${rust_version}-slim-${debian}"
-runtime_base="$(sed -n 's/^FROM \([^ ]*\)$/\1/p' Dockerfile | tail -1)"
+# The Dockerfile pins its bases by digest; the stand-ins carry the same names and tags but not
+# those digests, so the build is told to use them by tag (BUILDER_IMAGE, RUNTIME_IMAGE).
+rust_base="$(arg_default BUILDER_IMAGE)"
+rust_base="${rust_base%@*}"
+[ "$rust_base" = "docker.io/library/rust:${rust_version}-slim-${debian}" ] ||
+  die "the builder base is $rust_base, not rust:${rust_version}-slim-${debian}"
+runtime_base="$(arg_default RUNTIME_IMAGE)"
+runtime_base="${runtime_base%@*}"
 [ "$runtime_base" = "gcr.io/distroless/cc-debian12:nonroot" ] ||
   die "the runtime base is $runtime_base; this script only knows how to stand in for distroless cc-debian12"
 
@@ -121,9 +128,11 @@ build_runtime_base() {
 if ((rebuild_bases)) || ! has_image "$rust_base"; then build_rust_base; else log "reusing $rust_base"; fi
 if ((rebuild_bases)) || ! has_image "$runtime_base"; then build_runtime_base; else log "reusing $runtime_base"; fi
 
-log "buildah bud (the Dockerfile as it is)"
+log "buildah bud (the Dockerfile as it is, the bases by tag: the stand-ins)"
 started=$SECONDS
-bh bud --pull=never --isolation chroot --layers -f Dockerfile -t "$image" . >"$work/bud.log" 2>&1 || {
+bh bud --pull=never --isolation chroot --layers -f Dockerfile \
+  --build-arg BUILDER_IMAGE="$rust_base" --build-arg RUNTIME_IMAGE="$runtime_base" \
+  -t "$image" . >"$work/bud.log" 2>&1 || {
   tail -40 "$work/bud.log" >&2
   die "buildah bud failed, full log: $work/bud.log"
 }

@@ -1156,16 +1156,37 @@ fn dockerfile_is_multi_stage_pinned_and_non_root() {
         .unwrap()
         .trim_matches('"');
     assert_eq!(args["RUST_VERSION"], channel);
-    assert_eq!(
-        froms[0],
-        format!("docker.io/library/rust:{channel}-slim-bookworm AS builder")
-    );
-    assert_eq!(froms[1], "gcr.io/distroless/cc-debian12:nonroot");
-    for from in &froms {
+    // Each base: the expected name and tag, pinned by a sha256 digest.
+    let pinned = |from: &str| -> (String, String) {
         let image = from.split(' ').next().unwrap();
-        let tag = image.rsplit_once(':').map(|(_, t)| t).unwrap_or("");
-        assert!(!tag.is_empty() && tag != "latest", "unpinned base {image}");
-    }
+        let (named, digest) = image
+            .split_once("@sha256:")
+            .unwrap_or_else(|| panic!("base {image} is not pinned by digest"));
+        assert!(
+            digest.len() == 64 && digest.chars().all(|c| c.is_ascii_hexdigit()),
+            "{image}: a digest is sha256: and 64 hex digits"
+        );
+        let tag = named.rsplit_once(':').map(|(_, t)| t).unwrap_or("");
+        assert!(!tag.is_empty() && tag != "latest", "base {image} has no tag");
+        (named.to_string(), from[image.len()..].to_string())
+    };
+    assert_eq!(
+        pinned(&froms[0]),
+        (
+            format!(
+                "docker.io/library/rust:{channel}-slim-{}",
+                args["DEBIAN_RELEASE"]
+            ),
+            " AS builder".to_string()
+        )
+    );
+    assert_eq!(
+        pinned(&froms[1]),
+        (
+            "gcr.io/distroless/cc-debian12:nonroot".to_string(),
+            String::new()
+        )
+    );
     // The runtime's Debian release (12, bookworm) is the builder's: same glibc and libssl3.
     assert_eq!(args["DEBIAN_RELEASE"], "bookworm");
     assert!(froms[1].contains("-debian12"));
