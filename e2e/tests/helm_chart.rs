@@ -1167,7 +1167,10 @@ fn dockerfile_is_multi_stage_pinned_and_non_root() {
             "{image}: a digest is sha256: and 64 hex digits"
         );
         let tag = named.rsplit_once(':').map(|(_, t)| t).unwrap_or("");
-        assert!(!tag.is_empty() && tag != "latest", "base {image} has no tag");
+        assert!(
+            !tag.is_empty() && tag != "latest",
+            "base {image} has no tag"
+        );
         (named.to_string(), from[image.len()..].to_string())
     };
     assert_eq!(
