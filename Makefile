@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 export CARGO_TARGET_DIR ?= $(HOME)/.cache/kmirror/target
 
-.PHONY: advisory-db deny sbom test demo lint build testbed-up testbed-down crds bench bench-fetcher image image-check deploy-manifests soak
+.PHONY: advisory-db deny sbom test demo lint build testbed-up testbed-down crds bench bench-fetcher bench-groups image image-check deploy-manifests soak
 
 ## test: lint, start the test bed if needed, run every test, stop what was started.
 test:
@@ -62,6 +62,15 @@ bench:
 ## bench-fetcher: the kmirror fetcher alone on ~1 GB of lz4 records.
 bench-fetcher:
 	bench/run.sh fetcher
+
+## bench-groups: one consumer-group offset sync of 200 groups, kmirror-sync-groups of BASE (a
+## binary, e.g. an older build) against this build, interleaved (GROUPS=, ROUNDS=). Needs the bed.
+bench-groups:
+	@[ -n "$(BASE)" ] || { echo "make bench-groups BASE=path/to/kmirror-sync-groups" >&2; exit 2; }
+	cargo build --bin kmirror-sync-groups --bin kmirror-fetcher -p kmirror-operator -p kmirror-fetcher
+	cargo build -p kmirror-e2e --bin kmirror-bench-groups
+	eval "$$(e2e/testbed.sh env)" && $(CARGO_TARGET_DIR)/debug/kmirror-bench-groups "$(BASE)" \
+		$(CARGO_TARGET_DIR)/debug/kmirror-sync-groups --groups $(or $(GROUPS),200) --rounds $(or $(ROUNDS),3)
 
 ## image: build the container image (Docker >= 23 with BuildKit, podman or buildah; pulls the
 ## Rust and distroless bases). IMAGE=ghcr.io/kmirror/kmirror:0.1.0 by default. See docs/image.md.

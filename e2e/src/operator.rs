@@ -558,3 +558,45 @@ pub fn fetcher_processes(mirror: &str) -> BTreeMap<i32, Vec<u32>> {
     }
     out
 }
+
+/// A scenario with an operator, a ClusterMirror `dr` (the bed's usual connections, sync every
+/// 3 s) and a MirrorTopic `t` over a new source topic of `partitions` partitions, waited for
+/// until every partition is MIRRORING. Returns the scenario, the operator and the topic.
+pub async fn mirrored_topic(
+    bed: &Testbed,
+    prefix: &str,
+    partitions: i32,
+    configs: &[(&str, &str)],
+) -> (Scenario, OperatorProcess, String) {
+    crate::fetcher::ensure_state_topic(bed);
+    let s = Scenario::new(bed, prefix).await;
+    let topic = unique_name(prefix);
+    crate::kafka::create_topic(&bed.source_config(), &topic, partitions, configs)
+        .await
+        .unwrap();
+    let op = OperatorProcess::spawn(bed, &s.ns, &[]);
+    s.apply_mirror("dr", Scenario::mirror_spec(bed)).await;
+    s.apply_topic("t", json!({"mirror": "dr", "sourceTopic": topic}))
+        .await;
+    s.wait_topic("t", "MIRRORING", Duration::from_secs(60), |t| {
+        all_partitions(
+            t,
+            kmirror_crds::v1alpha1::PartitionState::Mirroring,
+            partitions as usize,
+        )
+    })
+    .await;
+    (s, op, topic)
+}
+
+/// Polls `check` every 300 ms until it holds; panics naming `what` after `timeout`.
+pub async fn eventually<F: AsyncFnMut() -> bool>(what: &str, timeout: Duration, mut check: F) {
+    let deadline = Instant::now() + timeout;
+    while !check().await {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?}: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}

@@ -1,19 +1,16 @@
-//! Metadata sync against the real clusters: topic configs, partitions, consumer-group offsets,
-//! ACLs, and source topic deletion.
+//! Metadata sync against the real clusters: topic configs, partitions, ACLs, and source topic
+//! deletion (consumer-group offsets: `group_sync.rs`).
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use kmirror_crds::v1alpha1::PartitionState;
 use kmirror_e2e::Testbed;
-use kmirror_e2e::fetcher::{ensure_state_topic, verify};
+use kmirror_e2e::fetcher::verify;
 use kmirror_e2e::kafka::app_acl as acl;
 use kmirror_e2e::kafka::{
-    DestUser, committed_offsets, create_topic, delete_topic, mixed_records, produce_all,
-    topic_configs, unique_name, watermarks,
+    DestUser, delete_topic, mixed_records, produce_all, topic_configs, unique_name, watermarks,
 };
-use kmirror_e2e::operator::{OperatorProcess, Scenario, all_partitions, condition};
+use kmirror_e2e::operator::{all_partitions, condition, eventually, mirrored_topic as mirrored};
 use kmirror_fetcher::Isolation;
 use kmirror_state::kafka_admin::{
     ConfigOp, Operation, ResourceType, alter_topic_configs, create_acls, delete_acls,
@@ -21,46 +18,11 @@ use kmirror_state::kafka_admin::{
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions};
 use rdkafka::client::DefaultClientContext;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::RDKafkaErrorCode;
-use rdkafka::{Offset, TopicPartitionList};
 use serde_json::json;
 
 const TIMEOUT: Duration = Duration::from_secs(15);
-
-async fn mirrored(
-    bed: &Testbed,
-    prefix: &str,
-    partitions: i32,
-    configs: &[(&str, &str)],
-) -> (Scenario, OperatorProcess, String) {
-    ensure_state_topic(bed);
-    let s = Scenario::new(bed, prefix).await;
-    let topic = unique_name(prefix);
-    create_topic(&bed.source_config(), &topic, partitions, configs)
-        .await
-        .unwrap();
-    let op = OperatorProcess::spawn(bed, &s.ns, &[]);
-    s.apply_mirror("dr", Scenario::mirror_spec(bed)).await;
-    s.apply_topic("t", json!({"mirror": "dr", "sourceTopic": topic}))
-        .await;
-    s.wait_topic("t", "MIRRORING", Duration::from_secs(60), |t| {
-        all_partitions(t, PartitionState::Mirroring, partitions as usize)
-    })
-    .await;
-    (s, op, topic)
-}
-
-async fn eventually<F: AsyncFnMut() -> bool>(what: &str, timeout: Duration, mut check: F) {
-    let deadline = Instant::now() + timeout;
-    while !check().await {
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?}: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
-}
 
 fn alter(config: &ClientConfig, topic: &str, ops: &[ConfigOp]) {
     let admin: AdminClient<DefaultClientContext> = config.create().unwrap();
@@ -170,100 +132,6 @@ async fn partitions_added_on_the_source_are_mirrored_at_identical_offsets() {
             "partition {p}: {report:?}"
         );
     }
-    s.cleanup().await;
-}
-
-fn commit(config: &ClientConfig, group: &str, topic: &str, offsets: &[(i32, i64)]) {
-    let consumer: BaseConsumer = config
-        .clone()
-        .set("group.id", group)
-        .set("enable.auto.commit", "false")
-        .create()
-        .unwrap();
-    let mut tpl = TopicPartitionList::new();
-    for (p, o) in offsets {
-        tpl.add_partition_offset(topic, *p, Offset::Offset(*o))
-            .unwrap();
-    }
-    consumer.commit(&tpl, CommitMode::Sync).unwrap();
-}
-
-fn committed(config: &ClientConfig, group: &str, topic: &str, partitions: i32) -> Vec<Option<i64>> {
-    committed_offsets(config, group, topic, partitions)
-        .into_values()
-        .map(|o| (o >= 0).then_some(o))
-        .collect()
-}
-
-#[tokio::test]
-async fn group_offsets_are_copied_exactly_and_active_groups_are_skipped() {
-    let bed = Testbed::get();
-    let (s, _op, topic) = mirrored(bed, "sync-groups", 2, &[]).await;
-    produce_all(
-        &bed.source_config(),
-        &topic,
-        &mixed_records(2000, 2, 0, 51),
-        &[],
-    )
-    .unwrap();
-    let dest = bed.dest_config(DestUser::Admin);
-    eventually("catch-up", Duration::from_secs(60), async || {
-        (0..2).all(|p| watermarks(&dest, &topic, p).unwrap().1 == 1000)
-    })
-    .await;
-    let group = unique_name("billing");
-    let busy = unique_name("busy");
-    commit(&bed.source_config(), &group, &topic, &[(0, 321), (1, 777)]);
-    // A group that is active on the destination must not be touched.
-    let stop = Arc::new(AtomicBool::new(false));
-    let member = {
-        let (config, busy, topic, stop) = (dest.clone(), busy.clone(), topic.clone(), stop.clone());
-        std::thread::spawn(move || {
-            let consumer: BaseConsumer = config
-                .clone()
-                .set("group.id", &busy)
-                .set("enable.auto.commit", "false")
-                .create()
-                .unwrap();
-            consumer.subscribe(&[&topic]).unwrap();
-            while !stop.load(Ordering::Relaxed) {
-                let _ = consumer.poll(Duration::from_millis(100));
-            }
-        })
-    };
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    commit(&bed.source_config(), &busy, &topic, &[(0, 5)]);
-    let t0 = Instant::now();
-    eventually(
-        "group offsets on the destination",
-        Duration::from_secs(10),
-        async || committed(&dest, &group, &topic, 2) == vec![Some(321), Some(777)],
-    )
-    .await;
-    eprintln!(
-        "group offsets synced after {:?} (interval 3s)",
-        t0.elapsed()
-    );
-    eventually(
-        "the active group reported",
-        Duration::from_secs(15),
-        async || {
-            s.mirror("dr")
-                .await
-                .status
-                .and_then(|st| st.sync.consumer_groups)
-                .and_then(|g| g.summary)
-                .is_some_and(|summary| summary.contains(&busy))
-        },
-    )
-    .await;
-    assert_ne!(
-        committed(&dest, &busy, &topic, 1),
-        vec![Some(5)],
-        "an active group is not overwritten"
-    );
-    stop.store(true, Ordering::Relaxed);
-    member.join().unwrap();
     s.cleanup().await;
 }
 
@@ -441,65 +309,6 @@ async fn deleting_the_source_topic_fails_the_mirror_topic_read_only_until_a_fail
         "the last mirrored offset is kept: {p:?}"
     );
     s.cleanup().await;
-}
-
-#[tokio::test]
-async fn one_shot_group_sync_command_copies_offsets_exactly() {
-    use kmirror_e2e::fetcher::{
-        FetcherProcess, destination_args, source_args, target_dir, wait_until,
-    };
-    let bed = Testbed::get();
-    ensure_state_topic(bed);
-    let source = bed.source_config();
-    let dest = bed.dest_config(DestUser::Admin);
-    let topic = unique_name("sync-once");
-    create_topic(&source, &topic, 2, &[]).await.unwrap();
-    create_topic(&dest, &topic, 2, &[]).await.unwrap();
-    produce_all(&source, &topic, &mixed_records(400, 2, 0, 81), &[]).unwrap();
-    let mirror = format!("e2e/{topic}");
-    let mut args: Vec<String> = [
-        "--mirror",
-        &mirror,
-        "--source-topic",
-        &topic,
-        "--partitions",
-        "0,1",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    args.extend(source_args(bed));
-    args.extend(destination_args(bed));
-    let mut fetcher = FetcherProcess::spawn(&args);
-    wait_until("catch-up", Duration::from_secs(60), || {
-        (0..2).all(|p| watermarks(&dest, &topic, p).unwrap().1 == 200)
-    });
-    fetcher.signal("TERM");
-    assert_eq!(fetcher.wait(Duration::from_secs(30)), Some(0));
-    let group = unique_name("once");
-    commit(&source, &group, &topic, &[(0, 123), (1, 45)]);
-    let mut cmd = std::process::Command::new(target_dir().join("debug/kmirror-sync-groups"));
-    cmd.args([
-        "--mirror",
-        &mirror,
-        "--source-topic",
-        &topic,
-        "--group",
-        &group,
-    ]);
-    cmd.args(source_args(bed)).args(destination_args(bed));
-    let out = cmd.output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(stdout.contains("1 groups synced"), "{stdout}");
-    assert_eq!(
-        committed(&dest, &group, &topic, 2),
-        vec![Some(123), Some(45)]
-    );
 }
 
 /// Once a topic is failed over the destination is the primary: the old source's later ACL

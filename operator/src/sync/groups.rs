@@ -1,17 +1,19 @@
 //! Consumer-group offset sync: committed offsets of included groups on mirrored topics are
 //! translated through the offset map (identity when offsets are identical), clamped to the
 //! destination's log start/end, and committed on the destination without a leader epoch.
-//! Groups with active members on the destination are skipped and reported.
+//! Groups with active members on the destination are skipped and reported. Offsets are read and
+//! written with the admin API on the clusters' admin clients (no consumer per group); a group
+//! that fails is reported and the others are synced regardless.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use kmirror_crds::filter::Selector;
 use kmirror_crds::v1alpha1::MirrorTopic;
+use kmirror_state::kafka_admin::{alter_group_offsets, list_group_offsets};
 use kmirror_state::offset_map::OffsetMap;
 use kmirror_state::records::PartitionRecords;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use rdkafka::{Offset, TopicPartitionList};
 
 use super::{Mirrored, PartResult};
 use crate::clusters::Cluster;
@@ -123,18 +125,6 @@ fn plans(
         .collect()
 }
 
-fn group_consumer(
-    config: &ClientConfig,
-    group: &str,
-) -> Result<BaseConsumer, rdkafka::error::KafkaError> {
-    config
-        .clone()
-        .set("group.id", group)
-        .set("enable.auto.commit", "false")
-        .set("enable.auto.offset.store", "false")
-        .create()
-}
-
 /// Syncs the selected groups once over `plans` (blocking; run it off the async runtime).
 pub fn sync_blocking(
     source: &Cluster,
@@ -184,36 +174,41 @@ fn sync_group(
             tpl.add_partition(&plan.source, *p);
         }
     }
-    let committed = group_consumer(&source.config, group)
-        .and_then(|c| c.committed_offsets(tpl, TIMEOUT))
+    let committed = list_group_offsets(source.admin.inner(), group, &tpl, TIMEOUT)
         .map_err(|e| format!("reading its offsets on the source: {e}"))?;
     let mut target = TopicPartitionList::new();
-    for e in committed.elements() {
-        let Offset::Offset(offset) = e.offset() else {
+    for e in &committed {
+        if let Some((_, why)) = &e.error {
+            return Err(format!(
+                "reading its offset of {}[{}] on the source: {why}",
+                e.topic, e.partition
+            ));
+        }
+        let Some(offset) = e.offset else {
             continue;
         };
-        let Some(plan) = plans.iter().find(|p| p.source == e.topic()) else {
+        let Some(plan) = plans.iter().find(|p| p.source == e.topic) else {
             continue;
         };
-        let key = (plan.destination.clone(), e.partition());
+        let partition = e.partition;
+        let key = (plan.destination.clone(), partition);
         if !watermarks.contains_key(&key) {
             let w = destination
                 .admin
                 .inner()
-                .fetch_watermarks(&plan.destination, e.partition(), TIMEOUT)
+                .fetch_watermarks(&plan.destination, partition, TIMEOUT)
                 .map_err(|err| {
                     format!(
-                        "offsets of {}[{}] on the destination: {err}",
-                        plan.destination,
-                        e.partition()
+                        "offsets of {}[{partition}] on the destination: {err}",
+                        plan.destination
                     )
                 })?;
             watermarks.insert(key.clone(), w);
         }
-        let map = plan.maps.get(&e.partition()).cloned().unwrap_or_default();
+        let map = plan.maps.get(&partition).cloned().unwrap_or_default();
         let translated = translate(&map, offset, watermarks[&key]);
         target
-            .add_partition_offset(&plan.destination, e.partition(), Offset::Offset(translated))
+            .add_partition_offset(&plan.destination, partition, Offset::Offset(translated))
             .map_err(|err| err.to_string())?;
     }
     if target.count() == 0 {
@@ -227,20 +222,20 @@ fn sync_group(
     if described.groups().iter().any(|g| !g.members().is_empty()) {
         return Ok(GroupOutcome::Active);
     }
-    let consumer = group_consumer(&destination.config, group).map_err(|e| e.to_string())?;
-    let current = consumer
-        .committed_offsets(target.clone(), TIMEOUT)
+    let current = list_group_offsets(destination.admin.inner(), group, &target, TIMEOUT)
         .map_err(|e| format!("reading its offsets on the destination: {e}"))?;
     let same = target.elements().iter().all(|t| {
-        current
-            .find_partition(t.topic(), t.partition())
-            .is_some_and(|c| c.offset() == t.offset())
+        current.iter().any(|c| {
+            c.topic == t.topic()
+                && c.partition == t.partition()
+                && c.error.is_none()
+                && c.offset.map(Offset::Offset) == Some(t.offset())
+        })
     });
     if same {
         return Ok(GroupOutcome::Unchanged);
     }
-    consumer
-        .commit(&target, CommitMode::Sync)
+    alter_group_offsets(destination.admin.inner(), group, &target, TIMEOUT)
         .map_err(|e| format!("committing its offsets on the destination: {e}"))?;
     Ok(GroupOutcome::Synced)
 }

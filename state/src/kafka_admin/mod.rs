@@ -8,6 +8,7 @@
 mod acls;
 mod configs;
 mod ffi;
+mod groups;
 mod topics;
 
 use rdkafka::error::RDKafkaErrorCode;
@@ -18,6 +19,7 @@ pub use acls::{
     describe_acls,
 };
 pub use configs::{ConfigOp, alter_topic_configs};
+pub use groups::{GroupOffset, alter_group_offsets, list_group_offsets};
 pub use topics::{TopicDescription, describe_topics};
 
 /// An admin call failed.
