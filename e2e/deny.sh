@@ -90,10 +90,16 @@ patched = []
 Made up by e2e/deny.sh to show that the advisories check refuses an affected crate.
 MD
 snapshot_db "$canary/db" "$canary/RUSTSEC-2099-0001.md" serde_json
-if check_against "$canary/db" >/dev/null 2>&1; then
+if canary_out="$(check_against "$canary/db" 2>&1)"; then
   rm -rf "$canary"
   echo "[deny] advisories: the check let a crate with a known advisory through (canary RUSTSEC-2099-0001) — it would not catch a real one" >&2
   exit 1
 fi
 rm -rf "$canary"
+# ...refused for the advisory, not for some other reason.
+if ! grep -q "RUSTSEC-2099-0001" <<<"$canary_out"; then
+  printf '%s\n' "$canary_out" | tail -5 >&2
+  echo "[deny] advisories: the canary run failed, but not on the canary advisory (above)" >&2
+  exit 1
+fi
 echo "[deny] advisories: ok against the RustSec snapshot of $snapshot_date (commit ${snapshot_commit:0:12}; deny/advisory-db.txt; a live check needs github.com — refresh with make advisory-db); a made-up advisory is refused"

@@ -3,9 +3,10 @@
 //! counts them as extra) and may have compacted away records the source still holds (counted as
 //! missing). Neither is a duplicate or a loss when the side that still has them may remove them:
 //! a later record with the same key follows them, or they are tombstones (a cleaner removes a
-//! tombstone, the key's last record, once it is older than `delete.retention.ms`). Every soak record's value is unique (it names its topic, partition
-//! and sequence number), so a value found twice on the destination is a real duplicate; and the
-//! latest record per key must be the same on both sides.
+//! tombstone, the key's last record, once it is older than `delete.retention.ms`). Every soak
+//! record's value is unique (it names its topic, partition and sequence number), so a value found
+//! twice on the destination is a real duplicate; and the latest record per key must be the same
+//! on both sides.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
