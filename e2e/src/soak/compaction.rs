@@ -87,13 +87,45 @@ fn read(config: &ClientConfig, topic: &str, partition: i32) -> Result<Vec<Record
     Ok(out)
 }
 
-/// Compares one partition of a compacted topic on both sides.
+/// Whether the destination's log end has reached the source's (offsets are kept, so a
+/// caught-up copy ends where the source ends).
+pub fn copied_to_the_end(source_end: i64, destination_end: i64) -> bool {
+    destination_end >= source_end
+}
+
+/// The high watermark of one partition.
+fn log_end(config: &ClientConfig, topic: &str, partition: i32) -> Result<i64, String> {
+    let consumer: BaseConsumer = config.create().map_err(|e| e.to_string())?;
+    consumer
+        .fetch_watermarks(topic, partition, Duration::from_secs(30))
+        .map(|(_, high)| high)
+        .map_err(|e| format!("log end of {topic}-{partition}: {e}"))
+}
+
+/// Compares one partition of a compacted topic on both sides, once the destination holds every
+/// record the source has (the traffic is stopped). The status's lag is not enough for that: it
+/// can say 0 from positions and a source end read a moment before the last records, and then
+/// the newest values of a few keys are not on the destination yet when both sides are read.
 pub fn check(
     source: &ClientConfig,
     destination: &ClientConfig,
     topic: &str,
     partition: i32,
 ) -> Result<CompactionCheck, String> {
+    let source_end = log_end(source, topic, partition)?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let destination_end = log_end(destination, topic, partition)?;
+        if copied_to_the_end(source_end, destination_end) {
+            break;
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "the destination ends at {destination_end}, the source at {source_end}, 60 s after the traffic stopped"
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
     let src = read(source, topic, partition)?;
     let dst = read(destination, topic, partition)?;
     Ok(compare(&src, &dst))
@@ -208,6 +240,16 @@ mod tests {
         assert!(compare(&destination, &source).explains(0, 2));
         // A live value is never removable on its own.
         assert!(!compare(&[], &[r("y", Some("y1"))]).explains(1, 0));
+    }
+
+    #[test]
+    fn the_check_waits_for_the_copy_to_reach_the_source_end() {
+        assert!(!copied_to_the_end(1200, 1198), "two records still to copy");
+        assert!(copied_to_the_end(1200, 1200));
+        assert!(
+            copied_to_the_end(1200, 1201),
+            "a destination marker past the end is fine"
+        );
     }
 
     #[test]
