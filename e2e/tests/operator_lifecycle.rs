@@ -144,12 +144,15 @@ async fn six_partitions_mirror_at_identical_offsets_with_pods_and_status() {
             .is_some_and(|id| !id.is_empty() && id.trim_start_matches('A').len() > 2),
         "status.sourceTopicId {id:?}"
     );
-    // The destination topic got the source's partitions and configs.
+    // The destination topic got the source's partitions and configs (its partitions answer
+    // once the destination broker has led them: under load a moment after the topic exists).
     let dest = bed.dest_config(DestUser::Admin);
-    assert!(
-        watermarks(&dest, &topic, 5).is_ok(),
-        "destination has partition 5"
-    );
+    eventually(
+        "destination partition 5 answers",
+        Duration::from_secs(30),
+        async || watermarks(&dest, &topic, 5).is_ok(),
+    )
+    .await;
     let configs = kmirror_e2e::kafka::topic_configs(&dest, &topic)
         .await
         .unwrap();
