@@ -87,19 +87,21 @@ fn read(config: &ClientConfig, topic: &str, partition: i32) -> Result<Vec<Record
     Ok(out)
 }
 
-/// Whether the destination's log end has reached the source's (offsets are kept, so a
-/// caught-up copy ends where the source ends).
-pub fn copied_to_the_end(source_end: i64, destination_end: i64) -> bool {
-    destination_end >= source_end
-}
-
-/// The high watermark of one partition.
-fn log_end(config: &ClientConfig, topic: &str, partition: i32) -> Result<i64, String> {
-    let consumer: BaseConsumer = config.create().map_err(|e| e.to_string())?;
-    consumer
-        .fetch_watermarks(topic, partition, Duration::from_secs(30))
-        .map(|(_, high)| high)
-        .map_err(|e| format!("log end of {topic}-{partition}: {e}"))
+/// How many of the source's records come after the destination's newest one: 0 when the copy has
+/// caught up. The destination's log end says nothing here: a record the source compacted away
+/// before the fetcher read it is a gap in the offset map, not a destination offset, so a caught-up
+/// destination may end well below the source. Every soak value is unique and the copy keeps the
+/// source's order, so the destination has caught up when its last record is the source's last;
+/// otherwise the source's records after the destination's last one are still to come (all of
+/// them when the destination's last record is not on the source).
+pub fn still_to_copy(source: &[Record], destination: &[Record]) -> usize {
+    match destination.last() {
+        None => source.len(),
+        Some(last) => source
+            .iter()
+            .rposition(|r| r == last)
+            .map_or(source.len(), |i| source.len() - i - 1),
+    }
 }
 
 /// Compares one partition of a compacted topic on both sides, once the destination holds every
@@ -112,23 +114,24 @@ pub fn check(
     topic: &str,
     partition: i32,
 ) -> Result<CompactionCheck, String> {
-    let source_end = log_end(source, topic, partition)?;
+    // A cleaner never removes the active segment's last record, so the source's newest record
+    // stays put while the destination is read again.
+    let src = read(source, topic, partition)?;
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let destination_end = log_end(destination, topic, partition)?;
-        if copied_to_the_end(source_end, destination_end) {
-            break;
+        let dst = read(destination, topic, partition)?;
+        let behind = still_to_copy(&src, &dst);
+        if behind == 0 {
+            return Ok(compare(&src, &dst));
         }
         if Instant::now() > deadline {
             return Err(format!(
-                "the destination ends at {destination_end}, the source at {source_end}, 60 s after the traffic stopped"
+                "60 s after the traffic stopped, {behind} of the source's {} records come after the destination's newest",
+                src.len()
             ));
         }
-        std::thread::sleep(Duration::from_millis(250));
+        std::thread::sleep(Duration::from_secs(1));
     }
-    let src = read(source, topic, partition)?;
-    let dst = read(destination, topic, partition)?;
-    Ok(compare(&src, &dst))
 }
 
 fn latest(records: &[Record]) -> BTreeMap<Vec<u8>, Option<Vec<u8>>> {
@@ -243,13 +246,23 @@ mod tests {
     }
 
     #[test]
-    fn the_check_waits_for_the_copy_to_reach_the_source_end() {
-        assert!(!copied_to_the_end(1200, 1198), "two records still to copy");
-        assert!(copied_to_the_end(1200, 1200));
-        assert!(
-            copied_to_the_end(1200, 1201),
-            "a destination marker past the end is fine"
-        );
+    fn the_check_waits_for_the_copy_of_the_source_newest_record() {
+        let source = vec![
+            r("a", Some("a1")),
+            r("b", Some("b1")),
+            r("a", Some("a2")),
+            r("c", Some("c1")),
+        ];
+        assert_eq!(still_to_copy(&source, &source), 0);
+        assert_eq!(still_to_copy(&source, &source[..2]), 2, "a2 and c1 to come");
+        assert_eq!(still_to_copy(&source, &[]), 4);
+        // The source compacted a1 away before the fetcher read it: the destination is a gap
+        // shorter (it ends one offset lower) and has still caught up.
+        assert_eq!(still_to_copy(&source[1..], &source[1..]), 0);
+        // The destination's cleaner removed a1 and b1; the newest record is what counts.
+        assert_eq!(still_to_copy(&source, &source[2..]), 0);
+        // A destination whose newest record the source does not hold is not caught up.
+        assert_eq!(still_to_copy(&source, &[r("z", Some("z9"))]), 4);
     }
 
     #[test]
