@@ -2,7 +2,7 @@
 # Two fetcher builds on the same bed, interleaved: `bench/compare-fetchers.sh BASE NEW [PAIRS]`
 # runs `bench.py fetcher --runs 1` PAIRS times (default 8) for each binary, alternating BASE and
 # NEW so that drift of a noisy machine hits both alike, then prints each side's median MB/s and
-# CPU s/GB and the ratio NEW/BASE. BASE and NEW are fetcher binaries (e.g. a release build of
+# CPU s/GB and peak RSS, and the ratios NEW/BASE. BASE and NEW are fetcher binaries (e.g. a release build of
 # an older commit in its own worktree). Needs the Kafka half of the bed (bench/run.sh starts it).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -30,10 +30,13 @@ def runs(side):
                 if r.get("phase") == "catchup" and "error" not in r]
     return out
 sides = {s: runs(s) for s in ("base", "new")}
-med = {s: (statistics.median(r["mb_s"] for r in v), statistics.median(r["cpu_s_per_gb_copy"] for r in v))
+med = {s: (statistics.median(r["mb_s"] for r in v), statistics.median(r["cpu_s_per_gb_copy"] for r in v),
+           statistics.median(r["peak_rss_mb"] for r in v))
        for s, v in sides.items()}
-for s, (mb, cpu) in med.items():
-    print(f"{s:5} runs {len(sides[s]):2}  median MB/s {mb:6.1f}  median CPU s/GB (copy) {cpu:5.2f}")
-print(f"new/base: MB/s x{med['new'][0] / med['base'][0]:.3f}, CPU s/GB x{med['new'][1] / med['base'][1]:.3f}")
+for s, (mb, cpu, rss) in med.items():
+    print(f"{s:5} runs {len(sides[s]):2}  median MB/s {mb:6.1f}  median CPU s/GB (copy) {cpu:5.2f}"
+          f"  median peak RSS MB (sum) {rss:6.0f}")
+print(f"new/base: MB/s x{med['new'][0] / med['base'][0]:.3f}, CPU s/GB x{med['new'][1] / med['base'][1]:.3f}, "
+      f"peak RSS x{med['new'][2] / med['base'][2]:.3f}")
 PY
 echo "raw runs: $results"

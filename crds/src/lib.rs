@@ -3,6 +3,7 @@
 //! validators for what admission cannot check (regex syntax, Secret presence is checked by the
 //! operator).
 
+pub mod bytes;
 pub mod client_properties;
 pub mod crdgen;
 pub mod duration;

@@ -37,6 +37,10 @@ pub fn describe(problems: &[Invalid]) -> String {
 /// Shortest accepted sync interval.
 pub const MIN_SYNC_INTERVAL: Duration = Duration::from_secs(1);
 
+/// The smallest `spec.fetcher.memoryBudget`: below it the process's own needs leave the Kafka
+/// clients too little to copy at all.
+pub const MIN_MEMORY_BUDGET: u64 = 32 << 20;
+
 fn invalid(field: impl Into<String>, message: impl Into<String>) -> Invalid {
     Invalid {
         field: field.into(),
@@ -115,6 +119,16 @@ pub fn cluster_mirror(spec: &ClusterMirrorSpec) -> Vec<Invalid> {
         )),
         Ok(_) => {}
         Err(e) => out.push(invalid("spec.sync.interval", e.to_string())),
+    }
+    if let Some(budget) = &spec.fetcher.memory_budget {
+        match crate::bytes::parse_byte_size(budget) {
+            Ok(b) if b < MIN_MEMORY_BUDGET => out.push(invalid(
+                "spec.fetcher.memoryBudget",
+                format!("{budget} is below the minimum of 32Mi"),
+            )),
+            Ok(_) => {}
+            Err(e) => out.push(invalid("spec.fetcher.memoryBudget", e.to_string())),
+        }
     }
     check_properties(
         "spec.fetcher.consumerProperties",
@@ -197,6 +211,7 @@ mod tests {
             .producer_properties
             .insert("ssl.keystore.password".into(), "x".into());
         s.destination.bootstrap_servers = "b:0".into();
+        s.fetcher.memory_budget = Some("16Mi".into());
         let problems = cluster_mirror(&s);
         let fields: Vec<_> = problems.iter().map(|p| p.field.as_str()).collect();
         assert_eq!(
@@ -206,6 +221,7 @@ mod tests {
                 "spec.destination.bootstrapServers",
                 "spec.topics.include[0]",
                 "spec.sync.interval",
+                "spec.fetcher.memoryBudget",
                 "spec.fetcher.producerProperties.ssl.keystore.password",
             ]
         );

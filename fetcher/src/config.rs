@@ -64,6 +64,8 @@ pub struct FetcherConfig {
     pub state_topic: String,
     /// Byte-rate limit over all owned partitions.
     pub throttle_bytes_per_second: Option<u64>,
+    /// Bytes the Kafka clients' buffers are sized for ([`crate::memory::BufferSizes`]).
+    pub memory_budget: u64,
     /// Source isolation level.
     pub isolation: Isolation,
     /// The cluster IDs the connections pin (`clusterId`): another ID is a hard stop.
@@ -138,6 +140,7 @@ impl FetcherConfig {
             destination,
             state_topic: kmirror_crds::v1alpha1::DEFAULT_STATE_TOPIC.to_string(),
             throttle_bytes_per_second: None,
+            memory_budget: crate::memory::DEFAULT_MEMORY_BUDGET,
             isolation: Isolation::default(),
             pinned_cluster_ids: PinnedClusterIds::default(),
             prefix_alignment_limit: 1_000_000,

@@ -8,6 +8,7 @@
 pub mod config;
 pub mod cursor;
 pub mod http;
+pub mod memory;
 pub mod metrics;
 pub mod replicator;
 pub mod termination;

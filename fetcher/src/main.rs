@@ -55,6 +55,11 @@ struct Args {
     /// Byte-rate limit over all partitions of this process.
     #[arg(long, env = "KMIRROR_THROTTLE_BYTES_PER_SECOND")]
     throttle_bytes_per_second: Option<u64>,
+    /// Memory the process sizes its Kafka clients' buffers for, e.g. `64Mi` (prefetch, fetch responses,
+    /// producer queue); the process stays near it.
+    #[arg(long, env = "KMIRROR_MEMORY_BUDGET", default_value = "96Mi",
+          value_parser = kmirror_crds::bytes::parse_byte_size)]
+    memory_budget: u64,
     /// `read_committed` or `read_uncommitted` (needs `--allow-uncommitted`).
     #[arg(
         long,
@@ -141,6 +146,7 @@ fn config(args: &Args) -> anyhow::Result<FetcherConfig> {
     );
     c.state_topic = args.state_topic.clone();
     c.throttle_bytes_per_second = args.throttle_bytes_per_second;
+    c.memory_budget = args.memory_budget;
     c.isolation = match args.isolation_level.as_str() {
         "read_committed" => Isolation::ReadCommitted,
         "read_uncommitted" if args.allow_uncommitted => Isolation::ReadUncommitted,
@@ -188,6 +194,7 @@ fn config(args: &Args) -> anyhow::Result<FetcherConfig> {
 }
 
 fn main() {
+    kmirror_fetcher::memory::limit_malloc_arenas();
     let args = Args::parse();
     kmirror_state::logging::init(args.log_format == "json");
     let config = match config(&args) {

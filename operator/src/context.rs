@@ -2,11 +2,14 @@
 //! status writer and the metadata-sync clock.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use kube::Resource;
+use kmirror_crds::v1alpha1::MirrorTopic;
+use kube::api::{Api, ListParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::Store;
+use kube::{Resource, ResourceExt};
 
 use crate::clusters::Clusters;
 use crate::metrics::Metrics;
@@ -107,9 +110,20 @@ pub struct Context {
     pub source_sightings: crate::source_gone::Sightings,
     /// Failed reconciles in a row, per object, for their retry delay.
     pub error_backoff: crate::error_backoff::ErrorBackoff,
+    /// The `MirrorTopic` controller's cache, once the controllers run.
+    topic_store: OnceLock<Store<MirrorTopic>>,
     status: StatusWriter,
     recorder: Recorder,
 }
+
+fn lookup(source: &str) -> crate::metrics::LookupLabels {
+    crate::metrics::LookupLabels {
+        source: source.to_string(),
+    }
+}
+
+/// How long a reconcile waits for the `MirrorTopic` cache's initial list before it lists itself.
+const TOPIC_STORE_WAIT: Duration = Duration::from_secs(10);
 
 impl Context {
     /// A context for `client`.
@@ -130,7 +144,54 @@ impl Context {
             sync_clock: Default::default(),
             source_sightings: Default::default(),
             error_backoff: Default::default(),
+            topic_store: OnceLock::new(),
         }
+    }
+
+    /// Shares the `MirrorTopic` controller's cache with every reconcile (set once).
+    pub fn share_topic_store(&self, store: Store<MirrorTopic>) {
+        let _ = self.topic_store.set(store);
+    }
+
+    /// The `MirrorTopic`s of `namespace` that `keep` selects. From the controller's cache once
+    /// it holds the initial list — no API request; per-topic reconciles that listed every
+    /// topic of the namespace made the API traffic grow with the square of the topics — else
+    /// listed (before the controllers run, or while the cache's first list is late).
+    pub async fn mirror_topics(
+        &self,
+        namespace: &str,
+        keep: impl Fn(&MirrorTopic) -> bool,
+    ) -> crate::error::Result<Vec<MirrorTopic>> {
+        if let Some(store) = self.topic_store.get()
+            && matches!(
+                tokio::time::timeout(TOPIC_STORE_WAIT, store.wait_until_ready()).await,
+                Ok(Ok(()))
+            )
+        {
+            self.metrics
+                .topic_lookups
+                .get_or_create(&lookup("cache"))
+                .inc();
+            return Ok(store
+                .state()
+                .iter()
+                .filter(|t| t.namespace().as_deref() == Some(namespace) && keep(t))
+                .map(|t| t.as_ref().clone())
+                .collect());
+        }
+        self.metrics
+            .topic_lookups
+            .get_or_create(&lookup("list"))
+            .inc();
+        let api: Api<MirrorTopic> = Api::namespaced(self.client.clone(), namespace);
+        Ok(api
+            .list(&ListParams::default())
+            .await
+            .map_err(crate::error::Error::ListMirrorTopics)?
+            .items
+            .into_iter()
+            .filter(|t| keep(t))
+            .collect())
     }
 
     /// Publishes an event about `object` (failures are logged, never fatal).

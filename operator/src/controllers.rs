@@ -7,7 +7,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kmirror_crds::v1alpha1::{ClusterMirror, MirrorTopic};
 use kube::core::PartialObjectMeta;
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
@@ -71,6 +71,10 @@ fn references(cm: &ClusterMirror, secret: &PartialObjectMeta<Secret>) -> bool {
         })
 }
 
+/// Reconciles one controller runs at once: with hundreds of topics, a burst (a restart, a
+/// ClusterMirror change) otherwise opens as many API requests and Kafka admin calls together.
+const RECONCILE_CONCURRENCY: u16 = 16;
+
 /// Runs both controllers until `shutdown` resolves.
 pub async fn run(
     ctx: Arc<Context>,
@@ -91,7 +95,8 @@ pub async fn run(
     let mirrors = Controller::new(
         api::<ClusterMirror>(&client, ns),
         watcher::Config::default(),
-    );
+    )
+    .with_config(controller::Config::default().concurrency(RECONCILE_CONCURRENCY));
     let mirror_store = mirrors.store();
     let mirrors = mirrors
         .watches(
@@ -123,8 +128,10 @@ pub async fn run(
         )
         .for_each(|_| async {});
 
-    let topics = Controller::new(api::<MirrorTopic>(&client, ns), watcher::Config::default());
+    let topics = Controller::new(api::<MirrorTopic>(&client, ns), watcher::Config::default())
+        .with_config(controller::Config::default().concurrency(RECONCILE_CONCURRENCY));
     let topic_store = topics.store();
+    ctx.share_topic_store(topic_store.clone());
     let topics = topics
         .owns(
             api::<Pod>(&client, ns),

@@ -96,6 +96,13 @@ pub struct KindLabels {
     pub kind: String,
 }
 
+/// Labels of `MirrorTopic` lookups: `cache` (the controller's reflector) or `list` (the API).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LookupLabels {
+    /// Where the topics came from.
+    pub source: String,
+}
+
 /// The operator's metrics.
 pub struct Metrics {
     registry: Registry,
@@ -125,6 +132,8 @@ pub struct Metrics {
     pub state_topic_available: Family<StateTopicLabels, Gauge>,
     /// Consumer groups whose offsets could not be synced, per sync run.
     pub group_sync_failures: Family<GroupLabels, Counter>,
+    /// `MirrorTopic` lookups of reconciles, by where they were answered.
+    pub topic_lookups: Family<LookupLabels, Counter>,
     /// The FAILED series set per (mirror, topic), to remove them when they no longer apply.
     failed_shown: Mutex<HashMap<(String, String), Vec<FailedLabels>>>,
 }
@@ -147,6 +156,7 @@ impl Default for Metrics {
         let partition_failed = Family::<FailedLabels, Gauge>::default();
         let state_topic_available = Family::<StateTopicLabels, Gauge>::default();
         let group_sync_failures = Family::<GroupLabels, Counter>::default();
+        let topic_lookups = Family::<LookupLabels, Counter>::default();
         registry.register("reconciles", "Reconciles run", reconciles.clone());
         registry.register(
             "reconcile_errors",
@@ -174,6 +184,11 @@ impl Default for Metrics {
             lag_seconds.clone(),
         );
         registry.register("status_writes", "Status writes", status_writes.clone());
+        registry.register(
+            "topic_lookups",
+            "MirrorTopic lookups of reconciles by source: cache (no API request) or list",
+            topic_lookups.clone(),
+        );
         registry.register(
             "sync_runs",
             "Metadata sync runs by part and result",
@@ -219,6 +234,7 @@ impl Default for Metrics {
             partition_failed,
             state_topic_available,
             group_sync_failures,
+            topic_lookups,
             failed_shown: Mutex::default(),
         }
     }

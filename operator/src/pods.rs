@@ -9,7 +9,10 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kmirror_crds::v1alpha1::{ClusterMirror, IsolationLevel, MirrorTopic};
+use kmirror_crds::bytes::parse_byte_size;
+use kmirror_crds::v1alpha1::{
+    ClusterMirror, DEFAULT_FETCHER_MEMORY_BUDGET, IsolationLevel, MirrorTopic,
+};
 use kube::Resource;
 use kube::api::ObjectMeta;
 
@@ -142,6 +145,8 @@ impl FetcherPod<'_> {
             .into(),
             "--prefix-alignment-limit".into(),
             spec.fetcher.prefix_alignment_limit.to_string(),
+            "--memory-budget".into(),
+            memory_budget(spec.fetcher.memory_budget.as_deref(), &self.resources()).to_string(),
             "--http-port".into(),
             HTTP_PORT.to_string(),
         ];
@@ -326,6 +331,24 @@ pub fn groups(partitions: &[i32], partitions_per_pod: i32) -> BTreeMap<i32, Vec<
     out
 }
 
+/// A fetcher's memory budget in bytes: `spec.fetcher.memoryBudget` (validated) or 96Mi, at most
+/// three quarters of the container's memory limit, leaving the rest for what the budget does not
+/// cover (allocator slack, a record larger than usual).
+pub fn memory_budget(spec_budget: Option<&str>, resources: &ResourceRequirements) -> u64 {
+    let wanted = spec_budget
+        .and_then(|b| parse_byte_size(b).ok())
+        .unwrap_or(DEFAULT_FETCHER_MEMORY_BUDGET);
+    let limit = resources
+        .limits
+        .as_ref()
+        .and_then(|l| l.get("memory"))
+        .and_then(|q| parse_byte_size(&q.0).ok());
+    match limit {
+        Some(limit) => wanted.min(limit / 4 * 3),
+        None => wanted,
+    }
+}
+
 /// Resources of a fetcher container whose ClusterMirror sets none.
 pub fn default_resources() -> ResourceRequirements {
     let q = |v: &str| Quantity(v.to_string());
@@ -403,6 +426,31 @@ mod tests {
     }
 
     #[test]
+    fn the_memory_budget_is_the_spec_or_96mi_within_the_limit() {
+        let limit = |l: Option<&str>| ResourceRequirements {
+            limits: l.map(|l| BTreeMap::from([("memory".to_string(), Quantity(l.into()))])),
+            ..Default::default()
+        };
+        const MI: u64 = 1 << 20;
+        // (spec budget, container memory limit) → budget
+        for (spec, lim, want) in [
+            (None, Some("512Mi"), 96 * MI),
+            (Some("256Mi"), Some("512Mi"), 256 * MI),
+            (Some("1Gi"), Some("512Mi"), 384 * MI),
+            (None, Some("64Mi"), 48 * MI),
+            (None, Some("100Mi"), 75 * MI),
+            (Some("1Gi"), None, 1024 * MI),
+            (None, Some("1.5Gi"), 96 * MI),
+        ] {
+            assert_eq!(
+                memory_budget(spec, &limit(lim)),
+                want,
+                "budget {spec:?}, limit {lim:?}"
+            );
+        }
+    }
+
+    #[test]
     fn pod_is_locked_down_and_owned() {
         let (mt, cm) = objects();
         let fp = FetcherPod {
@@ -438,6 +486,10 @@ mod tests {
         assert!(args.contains("--mirror ns/dr"));
         assert!(args.contains("--partitions 0,1"));
         assert!(args.contains("--throttle-bytes-per-second 1048576"));
+        assert!(
+            args.contains("--memory-budget 100663296"),
+            "96Mi by default"
+        );
         assert!(args.contains(
             "--destination-property-file sasl.password=/etc/kmirror/destination/sasl-password/value"
         ));

@@ -336,6 +336,12 @@ pub struct FetcherSpec {
     #[serde(default = "default_partitions_per_pod")]
     #[schemars(range(min = 1, max = 1000))]
     pub partitions_per_pod: i32,
+    /// Memory each fetcher process sizes its Kafka client buffers for (prefetched records,
+    /// fetch responses, the producer queue), e.g. `64Mi`; at least `32Mi`. Absent: `96Mi`.
+    /// Never more than three quarters of the container's memory limit: a larger value is
+    /// lowered to that. One record larger than the producer queue's share raises that share.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_budget: Option<String>,
     /// Upper bound on bytes per second each fetcher pod copies. Absent: unthrottled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1024))]
@@ -367,12 +373,16 @@ pub struct FetcherSpec {
     pub pod_labels: BTreeMap<String, String>,
 }
 
+/// A fetcher process's memory budget when `spec.fetcher.memoryBudget` is absent (96Mi).
+pub const DEFAULT_FETCHER_MEMORY_BUDGET: u64 = 96 << 20;
+
 impl Default for FetcherSpec {
     fn default() -> Self {
         FetcherSpec {
             image: None,
             image_pull_policy: None,
             resources: None,
+            memory_budget: None,
             partitions_per_pod: default_partitions_per_pod(),
             throttle_bytes_per_second: None,
             isolation_level: IsolationLevel::default(),

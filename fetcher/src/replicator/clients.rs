@@ -6,6 +6,7 @@ use rdkafka::ClientConfig;
 use super::limits::DestinationLimits;
 use super::stop::{Side, Stop};
 use crate::config::FetcherConfig;
+use crate::memory::BufferSizes;
 
 /// A cluster's client configuration from its connection settings.
 pub(super) fn cluster_config(config: &FetcherConfig, side: Side) -> Result<ClientConfig, Stop> {
@@ -27,10 +28,27 @@ pub(super) fn source_consumer_config(config: &FetcherConfig) -> Result<ClientCon
         "group.id",
         &format!("kmirror-fetcher.{}", config.mirror),
     );
-    set_default(&mut c, "fetch.max.bytes", "52428800");
-    set_default(&mut c, "max.partition.fetch.bytes", "8388608");
+    let sizes = buffer_sizes(config);
+    set_default(
+        &mut c,
+        "fetch.max.bytes",
+        &sizes.fetch_max_bytes.to_string(),
+    );
+    set_default(
+        &mut c,
+        "max.partition.fetch.bytes",
+        &sizes.partition_fetch_bytes.to_string(),
+    );
     set_default(&mut c, "fetch.wait.max.ms", "100");
-    set_default(&mut c, "queued.max.messages.kbytes", "65536");
+    // With small prefetch queues the queue is often full; librdkafka's default 1 s pause before
+    // fetching again then halves the throughput (measured: 121 → 214 MB/s for one process of
+    // six partitions).
+    set_default(&mut c, "fetch.queue.backoff.ms", "10");
+    set_default(
+        &mut c,
+        "queued.max.messages.kbytes",
+        &sizes.consumer_queue_kbytes.to_string(),
+    );
     c.set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
         .set("auto.offset.reset", "error")
@@ -47,12 +65,12 @@ pub(super) fn producer_config(
     limits: &DestinationLimits,
 ) -> Result<ClientConfig, Stop> {
     let mut c = cluster_config(config, Side::Destination)?;
+    let sizes = buffer_sizes(config);
     set_default(&mut c, "linger.ms", "5");
-    set_default(&mut c, "batch.size", "1000000");
+    set_default(&mut c, "batch.size", &sizes.batch_size.to_string());
     set_default(&mut c, "batch.num.messages", "10000");
     set_default(&mut c, "compression.type", "lz4");
     set_default(&mut c, "message.max.bytes", "16777216");
-    set_default(&mut c, "queue.buffering.max.kbytes", "131072");
     set_default(&mut c, "message.timeout.ms", "300000");
     let number =
         |c: &ClientConfig, key: &str| c.get(key).and_then(|v| v.trim().parse::<i64>().ok());
@@ -69,6 +87,19 @@ pub(super) fn producer_config(
             (limit + 1024).min(1_000_000_000).to_string(),
         );
     }
+    // The queue must hold the largest record the producer may send, whatever was asked for.
+    let queue = number(&c, "queue.buffering.max.kbytes")
+        .map_or(sizes.producer_queue_kbytes, |k| k.max(1) as u64);
+    let message_max = number(&c, "message.max.bytes").unwrap_or(0).max(0) as u64;
+    c.set(
+        "queue.buffering.max.kbytes",
+        BufferSizes {
+            producer_queue_kbytes: queue,
+            ..sizes
+        }
+        .producer_queue_kbytes_for(message_max)
+        .to_string(),
+    );
     c.set("enable.idempotence", "true")
         .set("enable.gapless.guarantee", "true")
         .set("acks", "all");
@@ -80,6 +111,11 @@ pub(super) fn producer_config(
         );
     }
     Ok(c)
+}
+
+/// The clients' buffer sizes for this process's budget and partitions.
+fn buffer_sizes(config: &FetcherConfig) -> BufferSizes {
+    BufferSizes::for_budget(config.memory_budget, config.partitions.len())
 }
 
 /// Whether the destination producer compresses its batches.
@@ -125,7 +161,10 @@ mod tests {
             ("bootstrap.servers", "src:9092"),
             ("fetch.wait.max.ms", "500"),
             ("group.id", "kmirror-fetcher.ns/m"),
-            ("fetch.max.bytes", "52428800"),
+            // The default 96 MiB budget: a quarter of its 33.5 MiB of buffers.
+            ("fetch.max.bytes", "8781824"),
+            ("queued.max.messages.kbytes", "8576"),
+            ("fetch.queue.backoff.ms", "10"),
             ("enable.auto.commit", "false"),
             ("enable.auto.offset.store", "false"),
             ("auto.offset.reset", "error"),
@@ -144,6 +183,8 @@ mod tests {
             ("acks", "all"),
             ("batch.size", "1000000"),
             ("message.max.bytes", "16777216"),
+            // 12.6 MiB from the budget, raised to hold one 16 MiB record.
+            ("queue.buffering.max.kbytes", "17408"),
         ] {
             assert_eq!(producer.get(key), Some(value), "producer {key}");
         }
@@ -175,6 +216,33 @@ mod tests {
         assert_eq!(p.get("batch.size"), Some("1000000"));
         assert_eq!(p.get("message.max.bytes"), Some("50001024"));
         assert!(!producer_compresses(&c));
+    }
+
+    #[test]
+    fn buffers_follow_the_budget_and_never_refuse_the_largest_record() {
+        let mut c = config();
+        c.memory_budget = 256 << 20;
+        c.partitions = vec![0, 1, 2, 3];
+        let consumer = source_consumer_config(&c).unwrap();
+        assert_eq!(consumer.get("fetch.max.bytes"), Some("29360128"));
+        assert_eq!(consumer.get("max.partition.fetch.bytes"), Some("7340032"));
+        let producer = producer_config(&c, &DestinationLimits::default()).unwrap();
+        assert_eq!(producer.get("queue.buffering.max.kbytes"), Some("43008"));
+        // A user's queue smaller than a record the topic accepts is raised; a larger one kept.
+        c.destination
+            .properties
+            .insert("queue.buffering.max.kbytes".into(), "1024".into());
+        let huge = DestinationLimits {
+            max_message_bytes: Some(50_000_000),
+            ..Default::default()
+        };
+        let p = producer_config(&c, &huge).unwrap();
+        assert_eq!(p.get("queue.buffering.max.kbytes"), Some("49854"));
+        c.destination
+            .properties
+            .insert("queue.buffering.max.kbytes".into(), "500000".into());
+        let p = producer_config(&c, &huge).unwrap();
+        assert_eq!(p.get("queue.buffering.max.kbytes"), Some("500000"));
     }
 
     #[test]

@@ -17,7 +17,7 @@ use k8s_openapi::jiff::Timestamp;
 use kmirror_crds::duration::parse_duration;
 use kmirror_crds::v1alpha1::{ClusterMirror, MirrorTopic};
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ListParams};
+use kube::api::{Api, DeleteParams};
 use kube::runtime::controller::Action;
 
 use crate::clusters::Cluster;
@@ -186,17 +186,11 @@ async fn apply(cm: Arc<ClusterMirror>, ctx: Arc<Context>) -> Result<Action> {
 
 /// The `MirrorTopic`s of a mirror.
 async fn mirror_topics(ctx: &Context, cm: &ClusterMirror) -> Result<Vec<MirrorTopic>> {
-    let api: Api<MirrorTopic> =
-        Api::namespaced(ctx.client.clone(), &cm.namespace().unwrap_or_default());
     let name = cm.name_any();
-    Ok(api
-        .list(&ListParams::default())
-        .await
-        .map_err(Error::ListMirrorTopics)?
-        .items
-        .into_iter()
-        .filter(|t| t.spec.mirror == name)
-        .collect())
+    ctx.mirror_topics(&cm.namespace().unwrap_or_default(), |t| {
+        t.spec.mirror == name
+    })
+    .await
 }
 
 /// Deleting a `ClusterMirror`: delete its `MirrorTopic`s and wait until their own cleanup is

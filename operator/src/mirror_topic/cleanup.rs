@@ -84,7 +84,7 @@ pub async fn cleanup(mt: &MirrorTopic, ctx: &Context) -> Result<Cleanup> {
     }
     // A topic refused because another one owns its source topic has no records of its own:
     // those under its keys are the owner's.
-    if let Claim::TakenBy(owner) = claim(mt, &super::peers(ctx, &ns).await?) {
+    if let Claim::TakenBy(owner) = claim(mt, &super::peers(ctx, mt).await?) {
         tracing::info!(%name, %owner, "the source topic's records belong to its owner; kept");
         return Ok(Cleanup::Done);
     }

@@ -24,12 +24,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kmirror_crds::v1alpha1::{ClusterMirror, MirrorTopic};
 use kube::ResourceExt;
-use kube::api::{Api, ListParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 
 use crate::context::{Context, Note};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::reconcile::Cleanup;
 use crate::scope::{MirrorScope, Resolved};
 use status::{Report, topic_status};
@@ -93,7 +92,7 @@ async fn apply(mt: Arc<MirrorTopic>, ctx: Arc<Context>) -> Result<Action> {
     }
     let ns = mt.namespace().unwrap_or_default();
     // One owner per source topic: a second MirrorTopic of it runs nothing.
-    if let claim::Claim::TakenBy(owner) = claim::claim(&mt, &peers(&ctx, &ns).await?) {
+    if let claim::Claim::TakenBy(owner) = claim::claim(&mt, &peers(&ctx, &mt).await?) {
         let message = claim::taken_message(&mt, &owner);
         return refuse(&ctx, &mt, "SourceTopicTaken", message, TAKEN_REQUEUE).await;
     }
@@ -128,14 +127,14 @@ async fn apply(mt: Arc<MirrorTopic>, ctx: Arc<Context>) -> Result<Action> {
     Ok(Action::requeue(requeue))
 }
 
-/// The namespace's `MirrorTopic`s.
-pub(crate) async fn peers(ctx: &Context, ns: &str) -> Result<Vec<MirrorTopic>> {
-    let api: Api<MirrorTopic> = Api::namespaced(ctx.client.clone(), ns);
-    Ok(api
-        .list(&ListParams::default())
-        .await
-        .map_err(Error::ListMirrorTopics)?
-        .items)
+/// The namespace's other `MirrorTopic`s of `mt`'s mirror and source topic: the only ones its
+/// claim compares with.
+pub(crate) async fn peers(ctx: &Context, mt: &MirrorTopic) -> Result<Vec<MirrorTopic>> {
+    let ns = mt.namespace().unwrap_or_default();
+    ctx.mirror_topics(&ns, |t| {
+        t.spec.mirror == mt.spec.mirror && t.spec.source_topic == mt.spec.source_topic
+    })
+    .await
 }
 
 /// A topic whose source topic another `MirrorTopic` owns: its fetchers stop (if it had any), and
