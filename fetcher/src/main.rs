@@ -55,9 +55,10 @@ struct Args {
     /// Byte-rate limit over all partitions of this process.
     #[arg(long, env = "KMIRROR_THROTTLE_BYTES_PER_SECOND")]
     throttle_bytes_per_second: Option<u64>,
-    /// Memory the process sizes its Kafka clients' buffers for, e.g. `64Mi` (prefetch, fetch responses,
-    /// producer queue); the process stays near it.
-    #[arg(long, env = "KMIRROR_MEMORY_BUDGET", default_value = "96Mi",
+    /// Memory the process sizes its Kafka clients' buffers for (prefetch, fetch responses,
+    /// producer queue), in bytes or e.g. `64Mi`; the process stays near it.
+    #[arg(long, env = "KMIRROR_MEMORY_BUDGET",
+          default_value_t = kmirror_fetcher::memory::DEFAULT_MEMORY_BUDGET,
           value_parser = kmirror_crds::bytes::parse_byte_size)]
     memory_budget: u64,
     /// `read_committed` or `read_uncommitted` (needs `--allow-uncommitted`).

@@ -5,7 +5,7 @@
 /// One mebibyte.
 const MIB: u64 = 1 << 20;
 
-/// The budget of a fetcher process given none (`--memory-budget 64Mi`).
+/// The budget of a fetcher process given none (96Mi, `--memory-budget`'s default).
 pub const DEFAULT_MEMORY_BUDGET: u64 = kmirror_crds::v1alpha1::DEFAULT_FETCHER_MEMORY_BUDGET;
 
 /// What the process needs besides the clients' buffers: code, threads, the state reads,

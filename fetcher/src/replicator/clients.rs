@@ -191,6 +191,14 @@ mod tests {
         assert!(producer_compresses(&c));
     }
 
+    /// Limits of a destination topic whose `max.message.bytes` is `bytes`.
+    fn topic_limit(bytes: i64) -> DestinationLimits {
+        DestinationLimits {
+            max_message_bytes: Some(bytes),
+            ..Default::default()
+        }
+    }
+
     #[test]
     fn batches_fit_the_destination_topic() {
         let mut c = config();
@@ -200,18 +208,12 @@ mod tests {
         c.destination
             .properties
             .insert("enable.gapless.guarantee".into(), "false".into());
-        let small = DestinationLimits {
-            max_message_bytes: Some(200_000),
-            ..Default::default()
-        };
+        let small = topic_limit(200_000);
         let p = producer_config(&c, &small).unwrap();
         assert_eq!(p.get("batch.size"), Some("199878"));
         assert_eq!(p.get("message.max.bytes"), Some("16777216"));
         assert_eq!(p.get("enable.gapless.guarantee"), Some("true"), "forced");
-        let huge = DestinationLimits {
-            max_message_bytes: Some(50_000_000),
-            ..Default::default()
-        };
+        let huge = topic_limit(50_000_000);
         let p = producer_config(&c, &huge).unwrap();
         assert_eq!(p.get("batch.size"), Some("1000000"));
         assert_eq!(p.get("message.max.bytes"), Some("50001024"));
@@ -232,10 +234,7 @@ mod tests {
         c.destination
             .properties
             .insert("queue.buffering.max.kbytes".into(), "1024".into());
-        let huge = DestinationLimits {
-            max_message_bytes: Some(50_000_000),
-            ..Default::default()
-        };
+        let huge = topic_limit(50_000_000);
         let p = producer_config(&c, &huge).unwrap();
         assert_eq!(p.get("queue.buffering.max.kbytes"), Some("49854"));
         c.destination
