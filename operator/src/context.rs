@@ -26,8 +26,8 @@ pub struct Settings {
     pub fetcher_policy: crate::policy::FetcherPolicy,
     /// Most fetcher pods one ClusterMirror may run.
     pub max_fetcher_pods_per_mirror: usize,
-    /// Least time between two status writes of one object.
-    pub status_interval: Duration,
+    /// How often and how fast statuses are written.
+    pub status_limits: crate::status_writer::StatusLimits,
 }
 
 /// When each mirror's metadata sync last ran (in this process).
@@ -139,7 +139,7 @@ impl Context {
             states: StateCaches::default(),
             leases: Default::default(),
             metrics,
-            status: StatusWriter::new(settings.status_interval),
+            status: StatusWriter::new(settings.status_limits),
             settings,
             sync_clock: Default::default(),
             source_sightings: Default::default(),

@@ -1,5 +1,12 @@
 //! Wiring of the two controllers: what each watches, how errors requeue, graceful shutdown.
+//!
+//! A `MirrorTopic` is reconciled when it changes other than in its status (the operator's own
+//! status writes would otherwise trigger a reconcile each), when one of its pods changes, when its
+//! `ClusterMirror` changes other than in its status (that status follows every topic's, and
+//! would otherwise trigger every topic of the mirror on every write), and when its reconcile
+//! asks to look again. A `ClusterMirror` follows every change of its topics, statuses included.
 
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -8,9 +15,9 @@ use k8s_openapi::api::core::v1::{Pod, Secret};
 use kmirror_crds::v1alpha1::{ClusterMirror, MirrorTopic};
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{self, Action, Controller};
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
-use kube::{Api, ResourceExt};
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Resource, ResourceExt};
 
 use crate::context::Context;
 use crate::error::Error;
@@ -71,6 +78,23 @@ fn references(cm: &ClusterMirror, secret: &PartialObjectMeta<Secret>) -> bool {
         })
 }
 
+/// What of an object, when it changes, calls for a reconcile: anything but its status — the
+/// generation (spec; also bumped when deletion starts), labels, annotations (the retry token),
+/// finalizers and the deletion mark. A watch predicate: equal values are filtered out.
+pub fn beyond_status<K: Resource>(object: &K) -> Option<u64> {
+    let meta = object.meta();
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (
+        meta.generation,
+        &meta.labels,
+        &meta.annotations,
+        &meta.finalizers,
+        meta.deletion_timestamp.is_some(),
+    )
+        .hash(&mut h);
+    Some(h.finish())
+}
+
 /// Reconciles one controller runs at once: with hundreds of topics, a burst (a restart, a
 /// ClusterMirror change) otherwise opens as many API requests and Kafka admin calls together.
 const RECONCILE_CONCURRENCY: u16 = 16;
@@ -128,27 +152,35 @@ pub async fn run(
         )
         .for_each(|_| async {});
 
-    let topics = Controller::new(api::<MirrorTopic>(&client, ns), watcher::Config::default())
-        .with_config(controller::Config::default().concurrency(RECONCILE_CONCURRENCY));
-    let topic_store = topics.store();
+    // The cache holds every change; reconciles are triggered by those beyond the status.
+    let (topic_store, topic_writer) = reflector::store();
+    let topic_changes = watcher(api::<MirrorTopic>(&client, ns), watcher::Config::default())
+        .default_backoff()
+        .reflect(topic_writer)
+        .applied_objects()
+        .predicate_filter(beyond_status, Default::default());
     ctx.share_topic_store(topic_store.clone());
-    let topics = topics
+    let mirror_changes = watcher(
+        api::<ClusterMirror>(&client, ns),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .applied_objects()
+    .predicate_filter(beyond_status, Default::default());
+    let topics = Controller::for_stream(topic_changes, topic_store.clone())
+        .with_config(controller::Config::default().concurrency(RECONCILE_CONCURRENCY))
         .owns(
             api::<Pod>(&client, ns),
             watcher::Config::default().labels("app.kubernetes.io/name=kmirror-fetcher"),
         )
-        .watches(
-            api::<ClusterMirror>(&client, ns),
-            watcher::Config::default(),
-            move |cm| {
-                topic_store
-                    .state()
-                    .into_iter()
-                    .filter(|t| t.spec.mirror == cm.name_any() && t.namespace() == cm.namespace())
-                    .map(|t| ObjectRef::from(t.as_ref()))
-                    .collect::<Vec<_>>()
-            },
-        )
+        .watches_stream(mirror_changes, move |cm| {
+            topic_store
+                .state()
+                .into_iter()
+                .filter(|t| t.spec.mirror == cm.name_any() && t.namespace() == cm.namespace())
+                .map(|t| ObjectRef::from(t.as_ref()))
+                .collect::<Vec<_>>()
+        })
         .graceful_shutdown_on(stopped(stop_rx))
         .run(
             mirror_topic::reconcile,

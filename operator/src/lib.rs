@@ -28,6 +28,7 @@ pub mod metrics;
 pub mod mirror_topic;
 pub mod pods;
 pub mod policy;
+pub mod rate_limit;
 pub mod reconcile;
 pub mod scope;
 pub mod source_gone;

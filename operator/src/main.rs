@@ -11,6 +11,7 @@ use kmirror_operator::context::{Context, Settings};
 use kmirror_operator::http::Endpoints;
 use kmirror_operator::leader::Election;
 use kmirror_operator::metrics::Metrics;
+use kmirror_operator::status_writer::StatusLimits;
 use kube::Api;
 use kube::api::ListParams;
 
@@ -56,6 +57,27 @@ struct Args {
     /// Least milliseconds between two status writes of one object.
     #[arg(long, env = "KMIRROR_STATUS_INTERVAL_MS", default_value_t = 1000)]
     status_interval_ms: u64,
+    /// Least milliseconds between two status writes of one object that change only the
+    /// progress of mirroring partitions (log ends, last mirrored offset, lag).
+    #[arg(
+        long,
+        env = "KMIRROR_STATUS_PROGRESS_INTERVAL_MS",
+        default_value_t = 10_000
+    )]
+    status_progress_interval_ms: u64,
+    /// Status writes per second over all objects (burst: twice as many); a change of state
+    /// waits for its turn.
+    #[arg(long, env = "KMIRROR_STATUS_WRITES_PER_SECOND", default_value_t = 20.0)]
+    status_writes_per_second: f64,
+    /// Status writes per second over all objects that change only progress (burst: twice as
+    /// many); beyond it progress is postponed, so that lag refreshes less often in a large
+    /// mirror rather than costing the API server more.
+    #[arg(
+        long,
+        env = "KMIRROR_STATUS_PROGRESS_WRITES_PER_SECOND",
+        default_value_t = 2.0
+    )]
+    status_progress_writes_per_second: f64,
     /// Run controllers only while holding a Lease (for more than one replica).
     #[arg(long, env = "KMIRROR_LEADER_ELECTION")]
     leader_election: bool,
@@ -109,7 +131,12 @@ async fn main() -> anyhow::Result<()> {
                 &args.fetcher_image,
             ),
             max_fetcher_pods_per_mirror: args.max_fetcher_pods_per_mirror,
-            status_interval: Duration::from_millis(args.status_interval_ms),
+            status_limits: StatusLimits {
+                interval: Duration::from_millis(args.status_interval_ms),
+                progress_interval: Duration::from_millis(args.status_progress_interval_ms),
+                writes_per_second: args.status_writes_per_second,
+                progress_writes_per_second: args.status_progress_writes_per_second,
+            },
         },
         Metrics::default(),
     ));

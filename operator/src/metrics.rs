@@ -120,6 +120,8 @@ pub struct Metrics {
     pub lag_seconds: Family<PartitionLabels, Gauge<f64, AtomicU64>>,
     /// Status writes.
     pub status_writes: Family<KindLabels, Counter>,
+    /// Status changes of progress alone left for a later reconcile (interval or budget).
+    pub status_postponed: Family<KindLabels, Counter>,
     /// Metadata sync runs.
     pub sync_runs: Family<SyncLabels, Counter>,
     /// Lifecycle transitions by target state.
@@ -150,6 +152,7 @@ impl Default for Metrics {
         let lag = Family::<PartitionLabels, Gauge>::default();
         let lag_seconds = Family::<PartitionLabels, Gauge<f64, AtomicU64>>::default();
         let status_writes = Family::<KindLabels, Counter>::default();
+        let status_postponed = Family::<KindLabels, Counter>::default();
         let sync_runs = Family::<SyncLabels, Counter>::default();
         let transitions = Family::<StateLabels, Counter>::default();
         let leader = Gauge::default();
@@ -184,6 +187,12 @@ impl Default for Metrics {
             lag_seconds.clone(),
         );
         registry.register("status_writes", "Status writes", status_writes.clone());
+        registry.register(
+            "status_postponed",
+            "Status changes of progress alone (offsets, lag) left for a later reconcile by the \
+             per-object progress interval or the global progress budget",
+            status_postponed.clone(),
+        );
         registry.register(
             "topic_lookups",
             "MirrorTopic lookups of reconciles by source: cache (no API request) or list",
@@ -228,6 +237,7 @@ impl Default for Metrics {
             lag,
             lag_seconds,
             status_writes,
+            status_postponed,
             sync_runs,
             transitions,
             leader,
