@@ -2,13 +2,14 @@
 //! cached admin client per distinct configuration (a rotated Secret yields a new client).
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
 use kmirror_crds::v1alpha1::KafkaConnection;
 use kmirror_state::ClusterSettings;
 use kube::Api;
+use kube::runtime::reflector::Store;
 use rdkafka::ClientConfig;
 use rdkafka::admin::AdminClient;
 use rdkafka::client::DefaultClientContext;
@@ -16,6 +17,7 @@ use rdkafka::client::DefaultClientContext;
 use crate::connection::{CREDENTIALS_LABEL, SecretValues, UnlabelledSecret, operator_settings};
 use crate::error::{Cause, KafkaError};
 use crate::pods::fnv1a;
+use crate::watch_cache::cached;
 
 /// A connected cluster.
 pub struct Cluster {
@@ -116,6 +118,8 @@ impl Cluster {
 pub struct Clusters {
     cache: Mutex<HashMap<u64, Arc<Cluster>>>,
     slots: Mutex<HashMap<String, u64>>,
+    /// The opted-in Secrets as the `ClusterMirror` controller's watch saw them.
+    secrets: OnceLock<Store<Secret>>,
 }
 
 /// Whether a Secret opts in to be read by kmirror ([`CREDENTIALS_LABEL`]` = "true"`).
@@ -134,6 +138,7 @@ pub fn opted_in(secret: &Secret) -> bool {
 /// used, so nothing is sent to the cluster.
 pub async fn secret_values(
     client: &kube::Client,
+    secrets: &OnceLock<Store<Secret>>,
     namespace: &str,
     conn: &KafkaConnection,
     field: &str,
@@ -145,7 +150,13 @@ pub async fn secret_values(
         if values.contains_key(&(r.name.clone(), r.key.clone())) {
             continue;
         }
-        let Some(secret) = api.get_opt(&r.name).await? else {
+        // From the watch's cache (it holds opted-in Secrets only); a Secret it does not hold is
+        // read, which tells a missing one from one without the label.
+        let secret = match cached(secrets, namespace, &r.name) {
+            Some(s) => Some(s),
+            None => api.get_opt(&r.name).await?,
+        };
+        let Some(secret) = secret else {
             continue;
         };
         if !opted_in(&secret) {
@@ -197,6 +208,11 @@ impl Clusters {
         }
     }
 
+    /// Reads Secrets from `store` from now on (set once).
+    pub fn share_secret_store(&self, store: Store<Secret>) {
+        let _ = self.secrets.set(store);
+    }
+
     /// How many clients are cached.
     pub fn len(&self) -> usize {
         self.cache.lock().unwrap_or_else(|p| p.into_inner()).len()
@@ -220,7 +236,8 @@ impl Clusters {
             "{namespace}\n{side}\n{}",
             serde_json::to_string(conn).unwrap_or_default()
         );
-        let resolved = match secret_values(client, namespace, conn, &format!("spec.{side}")).await {
+        let field = format!("spec.{side}");
+        let resolved = match secret_values(client, &self.secrets, namespace, conn, &field).await {
             Ok((values, version)) => operator_settings(conn, &format!("spec.{side}"), &values)
                 .map(|settings| (settings, version))
                 .map_err(Cause::from),

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use kmirror_crds::v1alpha1::MirrorTopic;
+use kmirror_crds::v1alpha1::{ClusterMirror, MirrorTopic};
 use kube::api::{Api, ListParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::Store;
@@ -16,6 +16,7 @@ use crate::metrics::Metrics;
 use crate::state_cache::StateCaches;
 pub use crate::status_writer::FIELD_MANAGER;
 use crate::status_writer::{HasStatus, StatusWriter, Written};
+use crate::watch_cache::cached;
 
 /// Operator settings.
 #[derive(Debug, Clone)]
@@ -112,6 +113,8 @@ pub struct Context {
     pub error_backoff: crate::error_backoff::ErrorBackoff,
     /// The `MirrorTopic` controller's cache, once the controllers run.
     topic_store: OnceLock<Store<MirrorTopic>>,
+    /// The `ClusterMirror`s as the `MirrorTopic` controller's watch saw them.
+    mirror_store: OnceLock<Store<ClusterMirror>>,
     status: StatusWriter,
     recorder: Recorder,
 }
@@ -145,12 +148,33 @@ impl Context {
             source_sightings: Default::default(),
             error_backoff: Default::default(),
             topic_store: OnceLock::new(),
+            mirror_store: OnceLock::new(),
         }
     }
 
     /// Shares the `MirrorTopic` controller's cache with every reconcile (set once).
     pub fn share_topic_store(&self, store: Store<MirrorTopic>) {
         let _ = self.topic_store.set(store);
+    }
+
+    /// Shares a cache of the `ClusterMirror`s with every reconcile (set once).
+    pub fn share_mirror_store(&self, store: Store<ClusterMirror>) {
+        let _ = self.mirror_store.set(store);
+    }
+
+    /// The `ClusterMirror` `name` of `namespace`: from the cache when it holds it (no API
+    /// request), else read (before the controllers run, or one the cache has not seen yet).
+    pub async fn mirror(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<ClusterMirror>, kube::Error> {
+        if let Some(cm) = cached(&self.mirror_store, namespace, name) {
+            return Ok(Some(cm));
+        }
+        Api::<ClusterMirror>::namespaced(self.client.clone(), namespace)
+            .get_opt(name)
+            .await
     }
 
     /// The `MirrorTopic`s of `namespace` that `keep` selects. From the controller's cache once

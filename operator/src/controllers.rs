@@ -13,7 +13,6 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kmirror_crds::v1alpha1::{ClusterMirror, MirrorTopic};
-use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -68,8 +67,8 @@ fn error_policy<K: ResourceExt>(
     }
 }
 
-/// Whether a Secret (its metadata) is referenced by a mirror's connections.
-fn references(cm: &ClusterMirror, secret: &PartialObjectMeta<Secret>) -> bool {
+/// Whether a Secret is referenced by a mirror's connections.
+fn references(cm: &ClusterMirror, secret: &Secret) -> bool {
     cm.namespace() == secret.namespace()
         && [&cm.spec.source, &cm.spec.destination].iter().any(|c| {
             c.secret_refs()
@@ -116,6 +115,18 @@ pub async fn run(
         let _ = rx.wait_for(|s| *s).await;
     };
 
+    // Only Secrets that opt in: their changes trigger the mirrors that use them, and
+    // reconciles read their values from this cache rather than from the API server.
+    let (secret_store, secret_writer) = reflector::store();
+    let secret_changes = watcher(
+        api::<Secret>(&client, ns),
+        watcher::Config::default()
+            .labels(&format!("{}=true", crate::connection::CREDENTIALS_LABEL)),
+    )
+    .default_backoff()
+    .reflect(secret_writer)
+    .touched_objects();
+    ctx.clusters.share_secret_store(secret_store);
     let mirrors = Controller::new(
         api::<ClusterMirror>(&client, ns),
         watcher::Config::default(),
@@ -128,22 +139,14 @@ pub async fn run(
             watcher::Config::default(),
             |mt| mirror_topic::mirror_of(&mt),
         )
-        .watches(
-            // Only Secrets that opt in, and only their metadata (an `Api` of
-            // `PartialObjectMeta` asks for metadata only): a change notification is all this
-            // watch is for; values are read when a reconcile connects.
-            api::<PartialObjectMeta<Secret>>(&client, ns),
-            watcher::Config::default()
-                .labels(&format!("{}=true", crate::connection::CREDENTIALS_LABEL)),
-            move |secret: PartialObjectMeta<Secret>| {
-                mirror_store
-                    .state()
-                    .into_iter()
-                    .filter(|cm| references(cm, &secret))
-                    .map(|cm| ObjectRef::from(cm.as_ref()))
-                    .collect::<Vec<_>>()
-            },
-        )
+        .watches_stream(secret_changes, move |secret: Secret| {
+            mirror_store
+                .state()
+                .into_iter()
+                .filter(|cm| references(cm, &secret))
+                .map(|cm| ObjectRef::from(cm.as_ref()))
+                .collect::<Vec<_>>()
+        })
         .graceful_shutdown_on(stopped(stop_rx.clone()))
         .run(
             cluster_mirror::reconcile,
@@ -160,13 +163,18 @@ pub async fn run(
         .applied_objects()
         .predicate_filter(beyond_status, Default::default());
     ctx.share_topic_store(topic_store.clone());
+    // The mirrors as this watch sees them serve reconciles too: a topic reconciled for a
+    // change of its mirror reads that very change.
+    let (mirror_store, mirror_writer) = reflector::store();
     let mirror_changes = watcher(
         api::<ClusterMirror>(&client, ns),
         watcher::Config::default(),
     )
     .default_backoff()
+    .reflect(mirror_writer)
     .applied_objects()
     .predicate_filter(beyond_status, Default::default());
+    ctx.share_mirror_store(mirror_store);
     let topics = Controller::for_stream(topic_changes, topic_store.clone())
         .with_config(controller::Config::default().concurrency(RECONCILE_CONCURRENCY))
         .owns(

@@ -37,5 +37,6 @@ pub mod status;
 pub mod status_writer;
 pub mod sync;
 pub mod topic_configs;
+pub mod watch_cache;
 
 pub use controllers::run;

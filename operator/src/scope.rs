@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use kmirror_crds::v1alpha1::ClusterMirror;
 use kube::ResourceExt;
-use kube::api::Api;
 
 use crate::clusters::Cluster;
 use crate::context::{Context, Note};
@@ -99,9 +98,8 @@ impl MirrorScope {
 
     /// Resolves the mirror `name` in `namespace` for one of its topics.
     pub async fn resolve(ctx: &Context, namespace: &str, name: &str) -> Result<Resolved> {
-        let mirrors: Api<ClusterMirror> = Api::namespaced(ctx.client.clone(), namespace);
-        let mirror = mirrors
-            .get_opt(name)
+        let mirror = ctx
+            .mirror(namespace, name)
             .await
             .map_err(|source| Error::ReadMirror {
                 name: name.to_string(),

@@ -132,14 +132,21 @@ impl Default for StatusLimits {
     }
 }
 
-fn bucket(rate: f64) -> TokenBucket {
-    TokenBucket::new(rate, (rate * 2.0).ceil() as u32, Instant::now())
+/// Objects without a status to write for this long no longer count towards the progress
+/// budget's share.
+const FORGET_AFTER: Duration = Duration::from_secs(3600);
+
+/// When an object's status was last written and last offered.
+#[derive(Debug, Clone, Copy)]
+struct Seen {
+    written: Option<Instant>,
+    offered: Instant,
 }
 
 /// Writes statuses, remembering when each object was last written.
 pub struct StatusWriter {
     limits: StatusLimits,
-    last: Mutex<HashMap<String, Instant>>,
+    last: Mutex<HashMap<String, Seen>>,
     writes: TokenBucket,
     progress_writes: TokenBucket,
 }
@@ -147,54 +154,101 @@ pub struct StatusWriter {
 impl StatusWriter {
     /// A writer within `limits`.
     pub fn new(limits: StatusLimits) -> StatusWriter {
+        let now = Instant::now();
+        let burst = |rate: f64| (rate * 2.0).ceil() as u32;
+        // The progress budget holds a whole interval's worth: the topics of a mirror are
+        // reconciled close together, and a burst smaller than their number would leave the same
+        // ones out every time.
+        let progress_burst = burst(limits.progress_writes_per_second).max(
+            (limits.progress_writes_per_second * limits.progress_interval.as_secs_f64()).ceil()
+                as u32,
+        );
         StatusWriter {
             limits,
             last: Mutex::new(HashMap::new()),
-            writes: bucket(limits.writes_per_second),
-            progress_writes: bucket(limits.progress_writes_per_second),
+            writes: TokenBucket::new(
+                limits.writes_per_second,
+                burst(limits.writes_per_second),
+                now,
+            ),
+            progress_writes: TokenBucket::new(
+                limits.progress_writes_per_second,
+                progress_burst,
+                now,
+            ),
         }
     }
 
     /// How long until `key` may be written again after `interval` (zero: now).
-    pub fn wait(&self, key: &str, interval: Duration) -> Duration {
+    pub fn wait(&self, key: &str, interval: Duration, now: Instant) -> Duration {
         let map = self.last.lock().unwrap_or_else(|p| p.into_inner());
-        match map.get(key) {
-            Some(t) => interval.saturating_sub(t.elapsed()),
+        match map.get(key).and_then(|s| s.written) {
+            Some(t) => interval.saturating_sub(now.saturating_duration_since(t)),
             None => Duration::ZERO,
         }
+    }
+
+    /// Least time between two progress writes of one object: the configured interval, or — when
+    /// more objects are written than the progress budget allows at that interval — its share of
+    /// the budget, so that each object's turn comes (one written leaves the others its tokens
+    /// for that long) instead of the first ones reconciled taking every token.
+    pub fn progress_interval(&self) -> Duration {
+        let objects = self.last.lock().unwrap_or_else(|p| p.into_inner()).len();
+        let share = Duration::from_secs_f64(
+            objects as f64 / self.limits.progress_writes_per_second.max(1.0 / 3600.0),
+        );
+        self.limits.progress_interval.max(share)
+    }
+
+    /// Notes that `key` has a status to write at `now`.
+    fn offered(&self, key: &str, now: Instant) {
+        let mut map = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        map.entry(key.to_string())
+            .and_modify(|s| s.offered = now)
+            .or_insert(Seen {
+                written: None,
+                offered: now,
+            });
+    }
+
+    /// Whether a change of progress alone of `key` may be written at `now` (takes the tokens).
+    fn admit_progress(&self, key: &str, now: Instant) -> bool {
+        self.offered(key, now);
+        self.wait(key, self.progress_interval(), now).is_zero()
+            && self.progress_writes.try_take(now).is_ok()
+            && self.writes.try_take(now).is_ok()
     }
 
     /// Whether a write of `key` may go now, or why not: [`Written::Deferred`] for a change of
     /// state (after the global limit's wait, if any, is slept), [`Written::Postponed`] for one
     /// of progress alone.
     async fn admit(&self, key: &str, progress_only: bool) -> Option<Written> {
+        let now = Instant::now();
         if progress_only {
-            let now = Instant::now();
-            let due = self.wait(key, self.limits.progress_interval).is_zero();
-            if !due
-                || self.progress_writes.try_take(now).is_err()
-                || self.writes.try_take(now).is_err()
-            {
-                return Some(Written::Postponed);
-            }
-            return None;
+            return (!self.admit_progress(key, now)).then_some(Written::Postponed);
         }
-        let wait = self.wait(key, self.limits.interval);
+        self.offered(key, now);
+        let wait = self.wait(key, self.limits.interval, now);
         if !wait.is_zero() {
             return Some(Written::Deferred(wait));
         }
-        let wait = self.writes.reserve(Instant::now());
+        let wait = self.writes.reserve(now);
         if !wait.is_zero() {
             tokio::time::sleep(wait).await;
         }
         None
     }
 
-    fn written(&self, key: &str) {
-        self.last
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(key.to_string(), Instant::now());
+    fn written(&self, key: &str, now: Instant) {
+        let mut map = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        map.retain(|_, s| now.saturating_duration_since(s.offered) < FORGET_AFTER);
+        map.insert(
+            key.to_string(),
+            Seen {
+                written: Some(now),
+                offered: now,
+            },
+        );
     }
 
     /// Applies `status` to `object` unless it is unchanged or not admitted now.
@@ -250,7 +304,7 @@ impl StatusWriter {
             }
             Ok(Ok(_)) => {}
         }
-        self.written(&key);
+        self.written(&key, Instant::now());
         metrics
             .status_writes
             .get_or_create(&KindLabels { kind })
@@ -268,10 +322,15 @@ mod tests {
     fn one_write_per_interval_and_object() {
         let w = StatusWriter::new(StatusLimits::default());
         let minute = Duration::from_secs(60);
-        assert_eq!(w.wait("MirrorTopic/ns/a", minute), Duration::ZERO);
-        w.written("MirrorTopic/ns/a");
-        assert!(w.wait("MirrorTopic/ns/a", minute) > Duration::from_secs(59));
-        assert_eq!(w.wait("MirrorTopic/ns/b", minute), Duration::ZERO);
+        let t0 = Instant::now();
+        assert_eq!(w.wait("MirrorTopic/ns/a", minute, t0), Duration::ZERO);
+        w.written("MirrorTopic/ns/a", t0);
+        let t1 = t0 + Duration::from_secs(1);
+        assert_eq!(
+            w.wait("MirrorTopic/ns/a", minute, t1),
+            Duration::from_secs(59)
+        );
+        assert_eq!(w.wait("MirrorTopic/ns/b", minute, t1), Duration::ZERO);
         assert_eq!(
             Written::Deferred(Duration::from_secs(3)).wait(),
             Duration::from_secs(3)
@@ -345,13 +404,13 @@ mod tests {
     async fn progress_waits_for_its_interval_and_budget_a_change_of_state_does_not() {
         let w = StatusWriter::new(StatusLimits {
             interval: Duration::from_millis(1),
-            progress_interval: Duration::from_secs(60),
+            progress_interval: Duration::from_secs(1),
             writes_per_second: 1000.0,
             progress_writes_per_second: 0.5,
         });
         // The progress budget holds one write (burst: twice the rate, rounded up).
         assert_eq!(w.admit("MirrorTopic/ns/a", true).await, None);
-        w.written("MirrorTopic/ns/a");
+        w.written("MirrorTopic/ns/a", Instant::now());
         assert_eq!(
             w.admit("MirrorTopic/ns/a", true).await,
             Some(Written::Postponed),
@@ -365,5 +424,46 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(5)).await;
         assert_eq!(w.admit("MirrorTopic/ns/a", false).await, None, "state");
         assert_eq!(w.admit("MirrorTopic/ns/b", false).await, None, "state");
+    }
+
+    /// Every object of a mirror offers progress at the same moments, in the same order, every
+    /// 10 s (they are reconciled together): each gets its turn, and the budget holds.
+    #[test]
+    fn every_object_gets_its_turn_and_the_budget_holds() {
+        for objects in [9usize, 30, 500] {
+            let w = StatusWriter::new(StatusLimits::default());
+            let t0 = Instant::now();
+            let keys: Vec<String> = (0..objects)
+                .map(|i| format!("MirrorTopic/ns/t{i}"))
+                .collect();
+            let mut written = vec![0u32; objects];
+            let rounds = 60u32;
+            for round in 0..rounds {
+                let now = t0 + Duration::from_secs(10 * u64::from(round));
+                for (i, key) in keys.iter().enumerate() {
+                    if w.admit_progress(key, now) {
+                        w.written(key, now);
+                        written[i] += 1;
+                    }
+                }
+            }
+            let seconds = 10.0 * f64::from(rounds);
+            let total: u32 = written.iter().sum();
+            let budget = 2.0 * seconds + 20.0;
+            assert!(
+                f64::from(total) <= budget,
+                "{objects} objects: {total} progress writes in {seconds} s, budget {budget}"
+            );
+            let least = *written.iter().min().unwrap();
+            // Each object's interval is its share of the budget (at least 10 s), and its turn
+            // comes at the first round after that.
+            let share = (objects as f64 / 2.0).max(10.0);
+            let expected = rounds / (share / 10.0).ceil() as u32;
+            assert!(
+                least + 1 >= expected,
+                "{objects} objects: one was written {least} times in {seconds} s, each should \
+                 be about {expected} times: {written:?}"
+            );
+        }
     }
 }

@@ -40,6 +40,19 @@ pub struct Spec<'a> {
     pub fetcher_image: &'a str,
     /// Hash of the referenced Secrets' versions.
     pub secrets_version: &'a str,
+    /// How soon a topic whose partitions mirror steadily is looked at again: its status shows
+    /// progress this often (the status writer's progress interval, 1–30 s). Moving partitions
+    /// are looked at every [`UNSETTLED_REQUEUE`]; changes of the objects, of the pods and of the
+    /// mirror trigger a reconcile at once.
+    pub steady_requeue: Duration,
+}
+
+/// How soon a topic with a partition between states is looked at again.
+pub const UNSETTLED_REQUEUE: Duration = Duration::from_secs(5);
+
+/// The steady requeue for a progress interval: that interval, within 1–30 s.
+pub fn steady_requeue(progress_interval: Duration) -> Duration {
+    progress_interval.clamp(Duration::from_secs(1), Duration::from_secs(30))
 }
 
 /// A change to the destination topic.
@@ -485,6 +498,10 @@ pub fn plan(o: &Observation, spec: &Spec<'_>) -> Plan {
 
     // Status and the next look.
     let settled = settled_state(mt.spec.state);
+    // Pods that come or go are watched, but a replacement may have to wait for its
+    // predecessor: moving pods are looked at as often as moving partitions.
+    let pods_settled =
+        delete_pods.is_empty() && create_pods.is_empty() && o.pods.values().all(|p| !p.terminating);
     let mut report = Report::default();
     let mut requeue = Duration::from_secs(30);
     for &p in &partitions {
@@ -505,8 +522,14 @@ pub fn plan(o: &Observation, spec: &Spec<'_>) -> Plan {
         if d.transition.is_some() || (d.finish_stop && finishing.contains(&p)) {
             requeue = Duration::ZERO;
         }
-        if state != settled || state == PartitionState::Mirroring {
-            requeue = requeue.min(Duration::from_secs(5));
+        if state != settled {
+            requeue = requeue.min(UNSETTLED_REQUEUE);
+        } else if state == PartitionState::Mirroring {
+            requeue = requeue.min(if pods_settled {
+                spec.steady_requeue
+            } else {
+                UNSETTLED_REQUEUE
+            });
         }
     }
     report.notes.extend(lease_notes);

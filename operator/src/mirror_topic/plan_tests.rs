@@ -30,6 +30,8 @@ use PartitionState::*;
 const NOW: i64 = 1_700_000_000_000;
 const IMAGE: &str = "kmirror:test";
 const SECRETS: &str = "s1/d1";
+/// How soon a steadily mirroring topic is looked at again (the progress interval).
+const STEADY: Duration = Duration::from_secs(10);
 
 // ------------------------------------------------------------------------------------------
 // Building a situation.
@@ -240,6 +242,7 @@ fn observation(g: &Given, mt: &MirrorTopic, cm: &ClusterMirror) -> Observation {
         mirror: cm,
         fetcher_image: IMAGE,
         secrets_version: SECRETS,
+        steady_requeue: STEADY,
     };
     let pods = g
         .pods
@@ -385,6 +388,7 @@ fn run(case: &Case) -> Result<(), String> {
             mirror: &cm,
             fetcher_image: IMAGE,
             secrets_version: SECRETS,
+            steady_requeue: STEADY,
         },
     );
     let w = &case.want;
@@ -644,7 +648,7 @@ fn cases() -> Vec<Case> {
                 ..Given::default()
             },
             want: Want {
-                requeue_at_most: Some(Duration::from_secs(5)),
+                requeue_at_most: Some(STEADY),
                 check: Some(|plan| {
                     let holders: Vec<(i32, String, String)> = plan
                         .lease_holders
@@ -663,7 +667,7 @@ fn cases() -> Vec<Case> {
             },
         },
         Case {
-            name: "MIRRORING with its current pod: nothing to do, look again soon",
+            name: "MIRRORING with its current pod: nothing to do, look again when progress is due",
             given: Given {
                 parts: vec![part(0, Mirroring).at(90, 100)],
                 pods: vec![pod(0, &[0])],
@@ -671,8 +675,9 @@ fn cases() -> Vec<Case> {
             },
             want: Want {
                 ready_reason: Some("Mirroring"),
-                requeue_at_most: Some(Duration::from_secs(5)),
+                requeue_at_most: Some(STEADY),
                 check: Some(|plan| {
+                    assert_eq!(plan.requeue, STEADY, "steady: the progress interval");
                     let s = &plan.status.partitions[0];
                     assert_eq!(s.lag, Some(10));
                     assert_eq!(s.fetcher_pod.as_deref(), Some("orders-fetcher-0"));
@@ -1512,6 +1517,7 @@ fn recording_divergence_keeps_the_state_and_its_epoch() {
             mirror: &cm,
             fetcher_image: IMAGE,
             secrets_version: SECRETS,
+            steady_requeue: STEADY,
         },
     );
     let Step::RecordDivergence(d) = &plan.failback.steps[1] else {
@@ -1530,6 +1536,7 @@ fn plans_are_pure() {
             mirror: &cm,
             fetcher_image: IMAGE,
             secrets_version: SECRETS,
+            steady_requeue: STEADY,
         };
         let (a, b) = (plan(&o, &spec), plan(&o, &spec));
         assert_eq!(
@@ -1563,6 +1570,7 @@ fn the_status_shows_the_source_topic_id() {
             mirror: &cm,
             fetcher_image: IMAGE,
             secrets_version: SECRETS,
+            steady_requeue: STEADY,
         };
         let status = plan(&o, &spec).status;
         assert_eq!(status.source_topic_id.as_deref(), expect, "{name}");
