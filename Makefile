@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 export CARGO_TARGET_DIR ?= $(HOME)/.cache/kmirror/target
 
-.PHONY: advisory-db deny sbom test demo lint build testbed-up testbed-down crds bench bench-fetcher bench-groups image image-check deploy-manifests soak
+.PHONY: advisory-db deny sbom test demo lint build testbed-up testbed-down crds bench bench-fetcher bench-groups image image-check deploy-manifests soak scale
 
 ## test: lint, start the test bed if needed, run every test, stop what was started.
 test:
@@ -54,6 +54,15 @@ SOAK_SEED ?=
 soak:
 	cargo build -q --workspace --bins --tests
 	SOAK_MINUTES=$(SOAK_MINUTES) SOAK_SEED=$(SOAK_SEED) $(CARGO_TARGET_DIR)/debug/kmirror-soak
+
+## scale: what a large mirror costs (a benchmark, not a test): on the bed, SCALE_TOPICS (50) x
+## SCALE_PARTITIONS (10) partitions, SCALE_GROUPS (100) groups, a local release-build operator;
+## prints time to MIRRORING, API requests/s, status writes/s, operator CPU/RSS, fetcher RSS,
+## state-topic records/s, group-sync round time. See bench/README.md, "Scale".
+scale:
+	cargo build -q --release -p kmirror-operator -p kmirror-fetcher
+	cargo build -q --workspace --bins --tests
+	KMIRROR_E2E_BIN_DIR=$(CARGO_TARGET_DIR)/release $(CARGO_TARGET_DIR)/debug/kmirror-scale
 
 ## bench: kmirror vs MirrorMaker 2 vs the bed's limit (~13 min; BENCH_BYTES=200MB BENCH_RUNS=1 to try). Not part of test.
 bench:

@@ -69,8 +69,9 @@ def settings(argv):
                    help="runs per measurement, alternating kmirror/MM2 (BENCH_RUNS; full 3, fetcher 3)")
     p.add_argument("--phases", default=env("BENCH_PHASES", "limits,catchup,failover,latency"),
                    help="comma list of limits,catchup,failover,latency (BENCH_PHASES; full mode)")
-    p.add_argument("--mirrors", default=env("BENCH_MIRRORS", "kmirror,mm2"),
-                   help="comma list of kmirror,mm2 (BENCH_MIRRORS; full mode)")
+    p.add_argument("--mirrors", default=env("BENCH_MIRRORS", "kmirror,kmirror-pooled,mm2"),
+                   help="comma list of kmirror (a process per --partitions-per-fetcher), kmirror-pooled "
+                        "(one process for every partition) and mm2 (BENCH_MIRRORS; full mode)")
     p.add_argument("--latency-rate", type=parse_size, default=parse_size(env("BENCH_LAT_RATE", "5MB")),
                    help="steady-state produce rate per second (BENCH_LAT_RATE)")
     p.add_argument("--latency-seconds", type=float, default=float(env("BENCH_LAT_SECONDS", "60")),
@@ -108,8 +109,8 @@ def settings(argv):
     bad = set(a.phases) - {"limits", "catchup", "failover", "latency"}
     if bad:
         p.error(f"unknown phases {sorted(bad)}")
-    if set(a.mirrors) - {"kmirror", "mm2"}:
-        p.error("mirrors are kmirror and mm2")
+    if set(a.mirrors) - set(MIRRORS):
+        p.error(f"mirrors are {', '.join(MIRRORS)}")
     if not a.fetcher_bin:
         target = Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target"))
         a.fetcher_bin = str(target / "release" / "kmirror-fetcher")
@@ -319,6 +320,9 @@ def wait_bed_stable(bed, quiet=15.0, timeout=600.0):
 
 STATE_TOPIC = "__kmirror_state"
 
+# The mirrors a full run compares, in table order.
+MIRRORS = ("kmirror", "kmirror-pooled", "mm2")
+
 
 class Kmirror:
     """kmirror fetchers: one process per partition (or per --partitions-per-fetcher)."""
@@ -342,7 +346,7 @@ class Kmirror:
         self.mirror_name = f"bench/{uid}"
         user = ctx.bed.mirror_user
         parts = list(range(ctx.args.partitions))
-        step = max(1, ctx.args.partitions_per_fetcher)
+        step = self.partitions_per_process()
         procs = []
         for i in range(0, len(parts), step):
             chunk = parts[i:i + step]
@@ -368,8 +372,11 @@ class Kmirror:
             procs.append(Proc(argv, ctx.logdir / f"{uid}-fetcher-{i}.log", env=env))
         return procs
 
+    def partitions_per_process(self):
+        return max(1, self.ctx.args.partitions_per_fetcher)
+
     def settings(self):
-        return {"processes": -(-self.ctx.args.partitions // max(1, self.ctx.args.partitions_per_fetcher)),
+        return {"processes": -(-self.ctx.args.partitions // self.partitions_per_process()),
                 "binary": self.ctx.args.fetcher_bin, "http": "none", "destination_user": "mirror",
                 "client_settings": "fetcher defaults (see fetcher/src/replicator/clients.rs)"}
 
@@ -407,6 +414,15 @@ class Kmirror:
     def cleanup(self, uid):
         # Position records stay in the compacted __kmirror_state topic (keyed by the unique mirror).
         pass
+
+
+class KmirrorPooled(Kmirror):
+    """kmirror with one fetcher process for every partition: what a pool pod runs."""
+
+    name = "kmirror-pooled"
+
+    def partitions_per_process(self):
+        return max(1, self.ctx.args.partitions)
 
 
 class Mm2:
@@ -1121,55 +1137,41 @@ def summarize(ctx, runs):
     limit_r = min([x for x in (lpr, lcr) if x is not None], default=None)
     rows = []
 
-    def row(label, k, m, lim=None, digits=1, lower_better=False):
-        rows.append([label, fmt(k, digits), fmt(m, digits), fmt(lim, digits),
-                     fmt(ratio(k, m), 2), fmt(ratio(k, lim), 2)])
+    def row(label, phase, key, sub=None, lim=None, digits=1):
+        k, p, m = (pick(phase, name, key, sub) for name in MIRRORS)
+        rows.append([label, fmt(k, digits), fmt(p, digits), fmt(m, digits), fmt(lim, digits),
+                     fmt(ratio(k, m), 2), fmt(ratio(p, m), 2), fmt(ratio(p, k), 2),
+                     fmt(ratio(k, lim), 2)])
 
     if "catchup" in ctx.args.phases:
-        row("catch-up MB/s (from first record)", pick("catchup", "kmirror", "mb_s"),
-            pick("catchup", "mm2", "mb_s"), limit)
-        row("catch-up records/s", pick("catchup", "kmirror", "records_s"),
-            pick("catchup", "mm2", "records_s"), limit_r)
-        row("catch-up wall s (from first record)", pick("catchup", "kmirror", "wall_s_from_first_record"),
-            pick("catchup", "mm2", "wall_s_from_first_record"), digits=2)
-        row("catch-up wall s (incl. start-up)", pick("catchup", "kmirror", "wall_s_from_launch"),
-            pick("catchup", "mm2", "wall_s_from_launch"), digits=2)
-        row("start-up to first record s", pick("catchup", "kmirror", "startup_s"),
-            pick("catchup", "mm2", "startup_s"), digits=2)
-        row("CPU s to catch-up (incl. start-up)", pick("catchup", "kmirror", "cpu_s_at_catchup"),
-            pick("catchup", "mm2", "cpu_s_at_catchup"))
-        row("CPU s per GB (copy only)", pick("catchup", "kmirror", "cpu_s_per_gb_copy"),
-            pick("catchup", "mm2", "cpu_s_per_gb_copy"))
-        row("peak RSS MB (sum of processes)", pick("catchup", "kmirror", "peak_rss_mb"),
-            pick("catchup", "mm2", "peak_rss_mb"), digits=0)
-        row("[noise] other work, cores busy", pick("catchup", "kmirror", "bed", "other_cores_busy"),
-            pick("catchup", "mm2", "bed", "other_cores_busy"), digits=2)
+        row("catch-up MB/s (from first record)", "catchup", "mb_s", lim=limit)
+        row("catch-up records/s", "catchup", "records_s", lim=limit_r)
+        row("catch-up wall s (from first record)", "catchup", "wall_s_from_first_record", digits=2)
+        row("catch-up wall s (incl. start-up)", "catchup", "wall_s_from_launch", digits=2)
+        row("start-up to first record s", "catchup", "startup_s", digits=2)
+        row("CPU s to catch-up (incl. start-up)", "catchup", "cpu_s_at_catchup")
+        row("CPU s per GB (copy only)", "catchup", "cpu_s_per_gb_copy")
+        row("peak RSS MB (sum of processes)", "catchup", "peak_rss_mb", digits=0)
+        row("[noise] other work, cores busy", "catchup", "bed", "other_cores_busy", digits=2)
     if "latency" in ctx.args.phases:
-        row("steady latency p50 ms", pick("latency", "kmirror", "latency_ms", "p50"),
-            pick("latency", "mm2", "latency_ms", "p50"), digits=0)
-        row("steady latency p99 ms", pick("latency", "kmirror", "latency_ms", "p99"),
-            pick("latency", "mm2", "latency_ms", "p99"), digits=0)
-        row("steady latency max ms", pick("latency", "kmirror", "latency_ms", "max"),
-            pick("latency", "mm2", "latency_ms", "max"), digits=0)
-        row("steady CPU % of a core", pick("latency", "kmirror", "cpu_pct_of_core"),
-            pick("latency", "mm2", "cpu_pct_of_core"))
-        row("steady peak RSS MB", pick("latency", "kmirror", "peak_rss_mb"),
-            pick("latency", "mm2", "peak_rss_mb"), digits=0)
-        row("[noise] other work, cores busy", pick("latency", "kmirror", "bed", "other_cores_busy"),
-            pick("latency", "mm2", "bed", "other_cores_busy"), digits=2)
+        row("steady latency p50 ms", "latency", "latency_ms", "p50", digits=0)
+        row("steady latency p99 ms", "latency", "latency_ms", "p99", digits=0)
+        row("steady latency max ms", "latency", "latency_ms", "max", digits=0)
+        row("steady CPU % of a core", "latency", "cpu_pct_of_core")
+        row("steady peak RSS MB", "latency", "peak_rss_mb", digits=0)
+        row("[noise] other work, cores busy", "latency", "bed", "other_cores_busy", digits=2)
     if "failover" in ctx.args.phases:
         for label, key in (("failover re-delivered records", "redelivered"),
                            ("failover skipped records", "skipped")):
             vals = {}
-            for m in ("kmirror", "mm2"):
+            for m in MIRRORS:
                 fs = [r.get("failover", {}) for r in runs if r.get("phase") == "catchup"
                       and r.get("mirror") == m and not r.get("disturbed") and "error" not in r]
                 if fs and all(str(f.get("status", "")).startswith("pending") for f in fs):
                     vals[m] = "pending"
                 else:
                     vals[m] = med([f.get(key) for f in fs])
-            k, mm = vals.get("kmirror"), vals.get("mm2")
-            rows.append([label, fmt(k, 0), fmt(mm, 0), "", "", ""])
+            rows.append([label] + [fmt(vals.get(m), 0) for m in MIRRORS] + ["", "", "", "", ""])
     lim_rows = []
     if lp is not None or lc is not None:
         lim_rows = [["limit: plain producer -> destination MB/s", fmt(lp), fmt(lpr)],
@@ -1184,7 +1186,10 @@ def report(ctx, runs):
     if rows:
         text.append(f"medians of {n} run(s); MB = 10^6 bytes of uncompressed payload; "
                     "limit = min(plain producer, plain consumer)")
-        text.append(table(rows, ["metric", "kmirror", "MM2", "limit", "kmirror/MM2", "kmirror/limit"]))
+        text.append("kmirror: a fetcher process per --partitions-per-fetcher partitions; pooled: one "
+                    "process for every partition (what a pool pod runs)")
+        text.append(table(rows, ["metric", "kmirror", "pooled", "MM2", "limit", "kmirror/MM2",
+                                 "pooled/MM2", "pooled/kmirror", "kmirror/limit"]))
     if lim_rows:
         text.append("")
         text.append(table(lim_rows, ["limit", "MB/s", "records/s"]))
@@ -1238,7 +1243,7 @@ def main(argv):
     bed = Bed()
     ctx = Context(args, bed)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    mirrors = {"kmirror": Kmirror(ctx), "mm2": Mm2(ctx)}
+    mirrors = {"kmirror": Kmirror(ctx), "kmirror-pooled": KmirrorPooled(ctx), "mm2": Mm2(ctx)}
     chosen = [mirrors[m] for m in args.mirrors]
     results = {"command": " ".join(sys.argv), "mode": args.mode, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                "settings": {k: v for k, v in vars(args).items()}, "machine": machine(),
@@ -1298,8 +1303,10 @@ def main(argv):
             return
 
     try:
-        if "kmirror" in mirrors and mirrors["kmirror"] in chosen:
-            mirrors["kmirror"].ensure_state_topic()
+        for m in chosen:
+            if isinstance(m, Kmirror):
+                m.ensure_state_topic()
+                break
         results["preload"] = preload(ctx)
         save()
         for rnd in range(1, args.runs + 1):

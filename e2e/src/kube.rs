@@ -180,3 +180,32 @@ pub fn phase(pod: &Pod) -> &str {
 pub fn is_ready(pod: &Pod) -> bool {
     phase(pod) == "Running" && condition(pod, "Ready").as_deref() == Some("True")
 }
+
+/// The API server's request counters (`apiserver_request_total`, all scopes and codes) by verb
+/// and resource, e.g. `("APPLY", "mirrortopics")` (server-side apply, status writes included).
+pub async fn apiserver_requests(
+    client: &Client,
+) -> std::collections::BTreeMap<(String, String), f64> {
+    let text = client
+        .request_text(http::Request::get("/metrics").body(Vec::new()).unwrap())
+        .await
+        .expect("the API server's metrics");
+    let label = |line: &str, name: &str| -> String {
+        let key = format!("{name}=\"");
+        line.split_once(&key)
+            .and_then(|(_, rest)| rest.split_once('"'))
+            .map(|(value, _)| value.to_string())
+            .unwrap_or_default()
+    };
+    let mut out = std::collections::BTreeMap::new();
+    for line in text
+        .lines()
+        .filter(|l| l.starts_with("apiserver_request_total{"))
+    {
+        if let Some(v) = line.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) {
+            *out.entry((label(line, "verb"), label(line, "resource")))
+                .or_insert(0.0) += v;
+        }
+    }
+    out
+}

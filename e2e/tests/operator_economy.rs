@@ -15,24 +15,18 @@ use std::time::Duration;
 use kmirror_crds::v1alpha1::{MirrorTopic, PartitionState};
 use kmirror_e2e::Testbed;
 use kmirror_e2e::kafka::{create_topic, unique_name};
+use kmirror_e2e::kube::apiserver_requests;
 use kmirror_e2e::operator::{OperatorProcess, Scenario, all_partitions};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use serde_json::json;
 
 /// The API server's count of `verb` requests on `resource` (all scopes and codes).
 async fn requests(client: &kube::Client, verb: &str, resource: &str) -> f64 {
-    let text = client
-        .request_text(http::Request::get("/metrics").body(Vec::new()).unwrap())
+    apiserver_requests(client)
         .await
-        .expect("the API server's metrics");
-    text.lines()
-        .filter(|l| l.starts_with("apiserver_request_total{"))
-        .filter(|l| {
-            l.contains(&format!("verb=\"{verb}\""))
-                && l.contains(&format!("resource=\"{resource}\""))
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+        .get(&(verb.to_string(), resource.to_string()))
+        .copied()
+        .unwrap_or(0.0)
 }
 
 /// Produces a record to each topic every 100 ms until `stop`.

@@ -83,7 +83,7 @@ pub struct GroupLabels {
 pub struct SyncLabels {
     /// `namespace/name` of the mirror.
     pub mirror: String,
-    /// `topics`, `topic_configs`, `partitions`, `consumer_groups` or `acls`.
+    /// `topics`, `topicConfigs`, `partitions`, `consumerGroups` or `acls`.
     pub part: String,
     /// `ok` or `error`.
     pub result: String,
@@ -122,6 +122,8 @@ pub struct Metrics {
     pub status_writes: Family<KindLabels, Counter>,
     /// Status changes of progress alone left for a later reconcile (interval or budget).
     pub status_postponed: Family<KindLabels, Counter>,
+    /// How long each metadata-sync part took.
+    pub sync_duration: Family<SyncLabels, Histogram>,
     /// Metadata sync runs.
     pub sync_runs: Family<SyncLabels, Counter>,
     /// Lifecycle transitions by target state.
@@ -153,6 +155,9 @@ impl Default for Metrics {
         let lag_seconds = Family::<PartitionLabels, Gauge<f64, AtomicU64>>::default();
         let status_writes = Family::<KindLabels, Counter>::default();
         let status_postponed = Family::<KindLabels, Counter>::default();
+        let sync_duration = Family::<SyncLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.01, 2.0, 14))
+        });
         let sync_runs = Family::<SyncLabels, Counter>::default();
         let transitions = Family::<StateLabels, Counter>::default();
         let leader = Gauge::default();
@@ -187,6 +192,11 @@ impl Default for Metrics {
             lag_seconds.clone(),
         );
         registry.register("status_writes", "Status writes", status_writes.clone());
+        registry.register(
+            "sync_duration_seconds",
+            "How long each metadata-sync part took (a consumer-group round: part=consumerGroups)",
+            sync_duration.clone(),
+        );
         registry.register(
             "status_postponed",
             "Status changes of progress alone (offsets, lag) left for a later reconcile by the \
@@ -238,6 +248,7 @@ impl Default for Metrics {
             lag_seconds,
             status_writes,
             status_postponed,
+            sync_duration,
             sync_runs,
             transitions,
             leader,

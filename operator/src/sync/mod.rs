@@ -8,6 +8,7 @@ pub mod configs;
 pub mod groups;
 
 use std::collections::BTreeMap;
+use std::time::Instant;
 
 use kmirror_crds::v1alpha1::{ClusterMirror, MirrorTopic, PartitionState, SyncPartStatus};
 use kmirror_state::records::PartitionRecords;
@@ -136,30 +137,41 @@ pub async fn run(ctx: &Context, scope: &MirrorScope) -> Outcomes {
             return out;
         }
     };
+    let mut took = BTreeMap::new();
     if spec.topic_configs.enabled {
+        let started = Instant::now();
         out.insert(SyncPart::TopicConfigs, configs::sync(scope, &topics).await);
+        took.insert(SyncPart::TopicConfigs, started.elapsed());
     }
     if spec.consumer_groups.enabled {
+        let started = Instant::now();
         out.insert(
             SyncPart::ConsumerGroups,
             groups::sync(scope, &ctx.metrics, &topics, None).await,
         );
+        took.insert(SyncPart::ConsumerGroups, started.elapsed());
     }
     if spec.acls.enabled {
+        let started = Instant::now();
         out.insert(
             SyncPart::Acls,
             acls::sync(scope, &topics, None, false).await,
         );
+        took.insert(SyncPart::Acls, started.elapsed());
     }
     for (part, outcome) in &out {
-        ctx.metrics
-            .sync_runs
-            .get_or_create(&crate::metrics::SyncLabels {
-                mirror: scope.key.clone(),
-                part: part.as_str().to_string(),
-                result: if outcome.is_ok() { "ok" } else { "error" }.to_string(),
-            })
-            .inc();
+        let labels = crate::metrics::SyncLabels {
+            mirror: scope.key.clone(),
+            part: part.as_str().to_string(),
+            result: if outcome.is_ok() { "ok" } else { "error" }.to_string(),
+        };
+        ctx.metrics.sync_runs.get_or_create(&labels).inc();
+        if let Some(d) = took.get(part) {
+            ctx.metrics
+                .sync_duration
+                .get_or_create(&labels)
+                .observe(d.as_secs_f64());
+        }
     }
     out
 }
