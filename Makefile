@@ -64,7 +64,7 @@ scale:
 	cargo build -q --workspace --bins --tests
 	KMIRROR_E2E_BIN_DIR=$(CARGO_TARGET_DIR)/release $(CARGO_TARGET_DIR)/debug/kmirror-scale
 
-## bench: kmirror vs MirrorMaker 2 vs the bed's limit (~13 min; BENCH_BYTES=200MB BENCH_RUNS=1 to try). Not part of test.
+## bench: kmirror (a process per partition, one pooled process) vs MirrorMaker 2 vs the bed's limit (~20 min; BENCH_BYTES=200MB BENCH_RUNS=1 to try). Not part of test.
 bench:
 	bench/run.sh full
 
