@@ -238,7 +238,7 @@ impl Clusters {
         );
         let field = format!("spec.{side}");
         let resolved = match secret_values(client, &self.secrets, namespace, conn, &field).await {
-            Ok((values, version)) => operator_settings(conn, &format!("spec.{side}"), &values)
+            Ok((values, version)) => operator_settings(conn, &field, &values)
                 .map(|settings| (settings, version))
                 .map_err(Cause::from),
             Err(e) => Err(e),
