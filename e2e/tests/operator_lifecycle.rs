@@ -1093,3 +1093,74 @@ async fn a_graceful_failover_of_a_partition_that_cannot_drain_stays_failed_witho
     assert_eq!(p0.last_mirrored_offset, Some(49), "{p0:?}");
     s.cleanup().await;
 }
+
+/// Two partitions on one fetcher pod (`partitionsPerPod: 2`); a foreign record on destination
+/// partition 0 stops that partition for ForeignWrite. Partition 1 only shared its process: it is
+/// never FAILED, its fetcher comes back and it mirrors every source record at its own offset.
+#[tokio::test]
+async fn a_partition_that_stops_for_a_reason_does_not_fail_the_others_of_its_pod() {
+    let bed = Testbed::get();
+    ensure_state_topic(bed);
+    let s = Scenario::new(bed, "bystander").await;
+    let mut spec = Scenario::mirror_spec(bed);
+    spec["fetcher"] = json!({"partitionsPerPod": 2});
+    let m = mirrored_topic(bed, &s, "bystander", 100, 41, spec, Duration::from_secs(90)).await;
+    let source = bed.source_config();
+    produce_all(
+        &bed.dest_config(DestUser::Admin),
+        &m.topic,
+        &mixed_records(1, 1, 0, 42),
+        &[],
+    )
+    .unwrap();
+    produce_all(&source, &m.topic, &mixed_records(40, 2, 0, 43), &[]).unwrap();
+    let partition = |t: &MirrorTopic, p: i32| {
+        t.status
+            .as_ref()
+            .and_then(|st| st.partitions.iter().find(|x| x.partition == p).cloned())
+    };
+    let source_end = watermarks(&source, &m.topic, 1).unwrap().1;
+    let dest = bed.dest_config(DestUser::Admin);
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let mut p0_failed = false;
+    loop {
+        let t = s.topic("bystander").await.unwrap();
+        let (p0, p1) = (partition(&t, 0).unwrap(), partition(&t, 1).unwrap());
+        let foreign = |e: &Option<String>| e.as_deref().unwrap_or("").contains("another client");
+        assert!(
+            p1.state != PartitionState::Failed && !foreign(&p1.last_error),
+            "partition 1 was failed for partition 0's finding: {p1:?}"
+        );
+        p0_failed |= p0.state == PartitionState::Failed && foreign(&p0.last_error);
+        let p1_end = watermarks(&dest, &m.topic, 1).map(|w| w.1).unwrap_or(-1);
+        if p0_failed && p1.state == PartitionState::Mirroring && p1_end == source_end {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "partition 0 FAILED for the foreign write ({p0_failed}) and partition 1 caught up \
+             ({p1_end} of {source_end}) within 90 s: {p0:?} {p1:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let report = verify(
+        bed,
+        &source,
+        &format!("{}/dr", s.ns),
+        &m.topic,
+        &m.topic,
+        1,
+        Isolation::ReadCommitted,
+    );
+    assert!(
+        report.is_clean() && report.offsets_identical && report.trailing == 0,
+        "partition 1: {report:?}"
+    );
+    let t = s.topic("bystander").await.unwrap();
+    assert_eq!(
+        partition(&t, 0).unwrap().retry_attempt,
+        Some(-1),
+        "the finding is not retried"
+    );
+    s.cleanup().await;
+}

@@ -23,6 +23,7 @@ pub mod logging;
 pub mod offset_map;
 pub mod quiet;
 pub mod records;
+pub mod stop_line;
 pub mod store;
 
 pub use connection::ClusterSettings;

@@ -13,6 +13,7 @@ use kmirror_state::store::{self, StateWriter};
 
 use super::clients::cluster_config;
 use super::delivery;
+use super::position::outcome_of;
 use super::stop::{Side, Stop};
 use super::{Fetcher, Outcome};
 use crate::config::FetcherConfig;
@@ -49,33 +50,38 @@ impl Fetcher<'_> {
         {
             delivery::purge(&self.producer, &mut self.units);
         }
-        let (status, error, outcome) = match (result, flushed) {
-            (Ok(()), Ok(())) => (FetcherStatus::Stopped, None, Outcome::Stopped),
+        let (status, error, about, outcome) = match (result, flushed) {
+            (Ok(()), Ok(())) => (FetcherStatus::Stopped, None, None, Outcome::Stopped),
             (Ok(()), Err(stop)) | (Err(stop), _) => {
                 let status = if stop.reason().retryable() {
                     FetcherStatus::Stopped
                 } else {
                     FetcherStatus::Failed
                 };
-                (status, Some(stop.to_record()), Outcome::failed(&stop))
+                let about = stop.partition();
+                (status, Some(stop.to_record()), about, Outcome::failed(&stop))
             }
         };
-        if let Outcome::Failed { reason, message } = &outcome {
-            tracing::error!(?reason, "{message}");
+        if let Outcome::Failed {
+            reason,
+            partition,
+            message,
+        } = &outcome
+        {
+            tracing::error!(?reason, ?partition, "{message}");
         }
         self.handles.health.set_ready(false);
         let persisted = self
-            .persist_positions(status, error)
+            .persist_final_positions(status, error.clone(), about)
             .and_then(|_| self.state.flush(PERSIST_BUDGET).map_err(Stop::WriteState));
         if let Err(e) = persisted {
             tracing::warn!(error = %e, "could not persist the final position (the destination log remains the checkpoint)");
         }
-        let state = if status == FetcherStatus::Failed {
-            PartitionState::Failed
-        } else {
-            PartitionState::Stopped
-        };
-        for unit in self.units.values() {
+        for (p, unit) in &self.units {
+            let state = match outcome_of(*p, about, status, &error).0 {
+                FetcherStatus::Failed => PartitionState::Failed,
+                _ => PartitionState::Stopped,
+            };
             self.handles.metrics.set_state(&unit.labels, state);
         }
         (outcome, confirmed)
@@ -143,7 +149,12 @@ fn record_start_failure(config: &FetcherConfig, stop: &Stop) -> Result<(), Stop>
     )
     .map_err(Stop::LoadState)?;
     let writer = StateWriter::new(&destination, &config.state_topic).map_err(Stop::WriteState)?;
+    let about = stop.partition();
     for &partition in &config.partitions {
+        if about.is_some_and(|p| p != partition) {
+            // Not the partition the finding is about: it only stopped with it.
+            continue;
+        }
         let key = (
             config.mirror.clone(),
             config.source_topic.clone(),

@@ -80,6 +80,9 @@ pub enum Outcome {
     Failed {
         /// The reason.
         reason: StopReason,
+        /// The partition the finding is about alone (the others only stopped with it); `None`
+        /// for a stop of the whole process.
+        partition: Option<i32>,
         /// Human-readable explanation.
         message: String,
     },
@@ -98,13 +101,18 @@ impl Outcome {
     pub fn summary(&self) -> Option<String> {
         match self {
             Outcome::Stopped => None,
-            Outcome::Failed { reason, message } => Some(format!("{}: {message}", reason.as_str())),
+            Outcome::Failed {
+                reason,
+                partition,
+                message,
+            } => Some(kmirror_state::stop_line::render(*reason, *partition, message)),
         }
     }
 
     fn failed(stop: &Stop) -> Outcome {
         Outcome::Failed {
             reason: stop.reason(),
+            partition: stop.partition(),
             message: stop.to_string(),
         }
     }

@@ -86,6 +86,18 @@ impl Fetcher<'_> {
         status: FetcherStatus,
         error: Option<FetcherError>,
     ) -> Result<(), Stop> {
+        self.persist_final_positions(status, error, None)
+    }
+
+    /// Like [`Fetcher::persist_positions`], for a run that ended with `status` and `error`
+    /// about partition `about` alone (every partition when `None`): the other partitions are
+    /// recorded as stopped cleanly, nothing wrong with them.
+    pub(super) fn persist_final_positions(
+        &mut self,
+        status: FetcherStatus,
+        error: Option<FetcherError>,
+        about: Option<i32>,
+    ) -> Result<(), Stop> {
         // Unchanged positions are rewritten every heartbeat: their age tells the operator
         // whether the lag it shows is current.
         let due: Vec<i32> = self
@@ -99,7 +111,8 @@ impl Fetcher<'_> {
             .map(|(p, _)| *p)
             .collect();
         for p in &due {
-            self.write_position(&self.units[p], status, error.clone())?;
+            let (status, error) = outcome_of(*p, about, status, &error);
+            self.write_position(&self.units[p], status, error)?;
         }
         let now = std::time::Instant::now();
         for p in &due {
@@ -111,6 +124,20 @@ impl Fetcher<'_> {
             unit.position_dirty = false;
         }
         Ok(())
+    }
+}
+
+/// What is recorded for `partition` when a run ends with `status` and `error` about partition
+/// `about` alone (every partition when `None`).
+pub(super) fn outcome_of(
+    partition: i32,
+    about: Option<i32>,
+    status: FetcherStatus,
+    error: &Option<FetcherError>,
+) -> (FetcherStatus, Option<FetcherError>) {
+    match about {
+        Some(p) if p != partition => (FetcherStatus::Stopped, None),
+        _ => (status, error.clone()),
     }
 }
 
@@ -205,5 +232,31 @@ impl Fetcher<'_> {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kmirror_state::records::StopReason;
+
+    #[test]
+    fn a_finding_about_one_partition_fails_that_one_only() {
+        let error = Some(FetcherError {
+            reason: StopReason::ForeignWrite,
+            message: "another writer".into(),
+        });
+        let failed = (FetcherStatus::Failed, error.clone());
+        assert_eq!(outcome_of(2, Some(2), FetcherStatus::Failed, &error), failed);
+        assert_eq!(
+            outcome_of(1, Some(2), FetcherStatus::Failed, &error),
+            (FetcherStatus::Stopped, None),
+            "a partition that only shared the process stopped cleanly"
+        );
+        assert_eq!(
+            outcome_of(1, None, FetcherStatus::Failed, &error),
+            failed,
+            "a stop of the whole process is every partition's"
+        );
     }
 }

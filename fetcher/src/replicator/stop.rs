@@ -599,6 +599,27 @@ impl Stop {
         }
     }
 
+    /// The partition a finding is about alone: another writer on it, a record its destination
+    /// refuses, source records lost or replaced, a destination that is not this mirror's. Such
+    /// a stop fails that partition only; the others of the process stop cleanly with it and
+    /// start again. `None` for a stop of the whole process (clusters, the topic, the lease,
+    /// errors every partition shares).
+    pub fn partition(&self) -> Option<i32> {
+        match self {
+            Stop::DataLoss { partition, .. }
+            | Stop::DestinationNotEmpty { partition, .. }
+            | Stop::DestinationBeyondSource { partition, .. }
+            | Stop::LastRecordNotACopy { partition, .. }
+            | Stop::DestinationTruncated { partition, .. }
+            | Stop::LandedBelow { partition, .. }
+            | Stop::SourceDiverged { partition, .. }
+            | Stop::RecordRefused { partition, .. }
+            | Stop::DeliveryRefused { partition, .. }
+            | Stop::OffsetMismatch { partition, .. } => Some(*partition),
+            _ => None,
+        }
+    }
+
     /// Whether the producer must drop what it still holds instead of delivering it: after a
     /// failed delivery (the gapless producer delivers nothing after it), and after a finding
     /// that the destination partition is not this mirror's alone or not what it wrote (another

@@ -256,7 +256,7 @@ pub async fn observe(ctx: &Context, scope: &MirrorScope, mt: &MirrorTopic) -> Re
     let source_obs = o.source_observation();
     for p in o.partitions() {
         let recorded = o.records.get(&p).and_then(|r| r.state.as_ref());
-        let fetcher = fetcher_of(&o.pods, p, per_pod);
+        let fetcher = fetcher_of(&o.pods, p, per_pod, None);
         if needs_source_end(recorded, mt.spec.state, source_obs) {
             // A source that did not answer the describe is not asked again per partition (15 s
             // each): an immediate failover with the source down must not wait for it.

@@ -307,7 +307,7 @@ pub fn plan(o: &Observation, spec: &Spec<'_>) -> Plan {
             desired: mt.spec.state,
             mode: mt.spec.failover.mode,
             drain_timeout,
-            fetcher: fetcher_of(&o.pods, p, per_pod),
+            fetcher: fetcher_of(&o.pods, p, per_pod, r.and_then(|r| r.position.as_ref())),
             position: r.and_then(|r| r.position.as_ref()),
             source,
             now_ms: o.now_ms,

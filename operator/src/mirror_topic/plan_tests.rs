@@ -317,7 +317,7 @@ fn observation(g: &Given, mt: &MirrorTopic, cm: &ClusterMirror) -> Observation {
     let source_obs = o.source_observation();
     for p in o.partitions() {
         let recorded = o.records.get(&p).and_then(|r| r.state.as_ref());
-        let fetcher = fetcher_of(&o.pods, p, per_pod);
+        let fetcher = fetcher_of(&o.pods, p, per_pod, None);
         if needs_source_end(recorded, g.desired, source_obs) {
             o.source_ends.insert(p, g.source_end);
         }

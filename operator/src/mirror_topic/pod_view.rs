@@ -4,6 +4,8 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Pod;
+use kmirror_state::records::{FetcherStatus, PositionRecord, StopReason};
+use kmirror_state::stop_line;
 use kube::ResourceExt;
 
 use crate::lifecycle::FetcherObservation;
@@ -75,20 +77,30 @@ impl PodView {
     }
 }
 
-/// What the fetcher of `partition` is doing, from the pods by group index.
+/// What the fetcher of `partition` is doing, from the pods by group index and the partition's
+/// position record (`position`, to tell a stop about another partition of the same process).
 pub fn fetcher_of(
     pods: &BTreeMap<i32, PodView>,
     partition: i32,
     partitions_per_pod: i32,
+    position: Option<&PositionRecord>,
 ) -> FetcherObservation {
     match pods.get(&group_of(partition, partitions_per_pod)) {
         Some(p) if p.partitions.contains(&partition) => {
             if p.terminating {
                 FetcherObservation::Terminating
             } else if let Some((code, message)) = &p.exited {
-                FetcherObservation::Exited {
-                    code: *code,
-                    message: message.clone(),
+                if stopped_for_another(partition, *code, message.as_deref(), position) {
+                    // For this partition the process ended cleanly: nothing is wrong with it.
+                    FetcherObservation::Exited {
+                        code: Some(0),
+                        message: None,
+                    }
+                } else {
+                    FetcherObservation::Exited {
+                        code: *code,
+                        message: message.clone(),
+                    }
                 }
             } else {
                 FetcherObservation::Running { ready: p.ready }
@@ -99,9 +111,30 @@ pub fn fetcher_of(
     }
 }
 
+/// Whether a process that exited with `code` (and termination `message`) stopped for a finding
+/// about another of its partitions, not about `partition`: its stop line names another
+/// partition; or, without a stop line (a node that keeps no termination message), the code
+/// names a finding while `partition`'s position — written at the stop — says it stopped cleanly.
+fn stopped_for_another(
+    partition: i32,
+    code: Option<i32>,
+    message: Option<&str>,
+    position: Option<&PositionRecord>,
+) -> bool {
+    if let Some(about) = message.and_then(stop_line::partition_of) {
+        return about != partition;
+    }
+    let finding = code
+        .and_then(StopReason::from_exit_code)
+        .is_some_and(|r| !r.retryable());
+    finding
+        && position.is_some_and(|p| p.status == FetcherStatus::Stopped && p.error.is_none())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kmirror_state::records::FetcherError;
 
     fn pod(json: serde_json::Value) -> Pod {
         serde_json::from_value(json).unwrap()
@@ -125,13 +158,97 @@ mod tests {
         assert_eq!(v.exited, Some((Some(10), Some("foreign write".into()))));
         let pods = BTreeMap::from([(1, v)]);
         assert_eq!(
-            fetcher_of(&pods, 3, 2),
+            fetcher_of(&pods, 3, 2, None),
             FetcherObservation::Exited {
                 code: Some(10),
                 message: Some("foreign write".into())
             }
         );
-        assert_eq!(fetcher_of(&pods, 0, 2), FetcherObservation::Absent);
+        assert_eq!(fetcher_of(&pods, 0, 2, None), FetcherObservation::Absent);
+    }
+
+    #[test]
+    fn a_stop_about_one_partition_is_a_clean_exit_for_the_others_of_the_pod() {
+        let line = "ForeignWrite on partition 2: offset 7 was written by another client";
+        let pods = BTreeMap::from([(
+            1,
+            PodView {
+                partitions: vec![2, 3],
+                exited: Some((Some(10), Some(line.into()))),
+                ..Default::default()
+            },
+        )]);
+        assert_eq!(
+            fetcher_of(&pods, 2, 2, None),
+            FetcherObservation::Exited {
+                code: Some(10),
+                message: Some(line.into())
+            }
+        );
+        assert_eq!(
+            fetcher_of(&pods, 3, 2, None),
+            FetcherObservation::Exited {
+                code: Some(0),
+                message: None
+            }
+        );
+    }
+
+    #[test]
+    fn without_a_stop_line_the_position_tells_who_stopped_cleanly() {
+        let log_tail = "{\"level\":\"ERROR\",\"message\":\"a record landed at 51\"}";
+        let pods = BTreeMap::from([(
+            0,
+            PodView {
+                partitions: vec![0, 1],
+                exited: Some((Some(10), Some(log_tail.into()))),
+                ..Default::default()
+            },
+        )]);
+        let position = |status, reason: Option<StopReason>| PositionRecord {
+            status,
+            error: reason.map(|reason| FetcherError {
+                reason,
+                message: "m".into(),
+            }),
+            ..Default::default()
+        };
+        let clean = position(FetcherStatus::Stopped, None);
+        let failed = position(FetcherStatus::Failed, Some(StopReason::ForeignWrite));
+        let heartbeat = position(FetcherStatus::Running, None);
+        assert_eq!(
+            fetcher_of(&pods, 1, 2, Some(&clean)),
+            FetcherObservation::Exited {
+                code: Some(0),
+                message: None
+            }
+        );
+        for (p, what) in [(Some(&failed), "failed"), (Some(&heartbeat), "not final"), (None, "none")] {
+            assert_eq!(
+                fetcher_of(&pods, 0, 2, p),
+                FetcherObservation::Exited {
+                    code: Some(10),
+                    message: Some(log_tail.into())
+                },
+                "{what}: the exit code stands"
+            );
+        }
+        let retryable = BTreeMap::from([(
+            0,
+            PodView {
+                partitions: vec![0, 1],
+                exited: Some((Some(1), None)),
+                ..Default::default()
+            },
+        )]);
+        assert_eq!(
+            fetcher_of(&retryable, 1, 2, Some(&clean)),
+            FetcherObservation::Exited {
+                code: Some(1),
+                message: None
+            },
+            "an error every partition shares is retried with its backoff"
+        );
     }
 
     #[test]
@@ -144,9 +261,9 @@ mod tests {
                 ..Default::default()
             },
         )]);
-        assert_eq!(fetcher_of(&pods, 0, 2), FetcherObservation::Terminating);
+        assert_eq!(fetcher_of(&pods, 0, 2, None), FetcherObservation::Terminating);
         assert_eq!(
-            fetcher_of(&pods, 1, 2),
+            fetcher_of(&pods, 1, 2, None),
             FetcherObservation::Terminating,
             "a partition joining the group waits for the old pod to go"
         );
