@@ -41,12 +41,20 @@ mod tests {
             Some(3),
             "offset 7: another writer",
         );
-        assert_eq!(line, "ForeignWrite on partition 3: offset 7: another writer");
+        assert_eq!(
+            line,
+            "ForeignWrite on partition 3: offset 7: another writer"
+        );
         assert_eq!(partition_of(&line), Some(3));
         let whole = render(StopReason::Error, None, "broker down on partition 2: x");
         assert_eq!(whole, "Error: broker down on partition 2: x");
         assert_eq!(partition_of(&whole), None, "the message is not the head");
-        for other in ["", "killed", "Bogus on partition 1: x", "ForeignWrite on partition x: y"] {
+        for other in [
+            "",
+            "killed",
+            "Bogus on partition 1: x",
+            "ForeignWrite on partition x: y",
+        ] {
             assert_eq!(partition_of(other), None, "{other:?}");
         }
     }

@@ -59,7 +59,12 @@ impl Fetcher<'_> {
                     FetcherStatus::Failed
                 };
                 let about = stop.partition();
-                (status, Some(stop.to_record()), about, Outcome::failed(&stop))
+                (
+                    status,
+                    Some(stop.to_record()),
+                    about,
+                    Outcome::failed(&stop),
+                )
             }
         };
         if let Outcome::Failed {

@@ -7,8 +7,9 @@
 //! A run has four parts, each in its own module:
 //! 1. **start-up** (`startup`, its decisions pure in `start_plan`): check the source cluster ID
 //!    and topic ID against what the state topic recorded; wait until the destination log end is
-//!    stable and every in-sync replica holds it (the leader's own log end equals the high
-//!    watermark, `log_end`: a previous incarnation's last requests drain) and derive the next
+//!    stable and every in-sync replica holds it (`settle`, all partitions together: the leader's
+//!    own log end, `log_end`, equals the high watermark; a previous incarnation's last requests
+//!    drain) and derive the next
 //!    source offset from it through the offset map; compare the last destination record with its source record (a
 //!    foreign write fails); on an empty destination whose source log starts above 0, align the
 //!    prefix;
@@ -38,6 +39,7 @@ mod log_end;
 mod poll_loop;
 mod position;
 mod prefix;
+mod settle;
 mod source_check;
 mod start_plan;
 mod startup;
@@ -105,7 +107,9 @@ impl Outcome {
                 reason,
                 partition,
                 message,
-            } => Some(kmirror_state::stop_line::render(*reason, *partition, message)),
+            } => Some(kmirror_state::stop_line::render(
+                *reason, *partition, message,
+            )),
         }
     }
 

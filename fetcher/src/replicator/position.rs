@@ -247,7 +247,10 @@ mod tests {
             message: "another writer".into(),
         });
         let failed = (FetcherStatus::Failed, error.clone());
-        assert_eq!(outcome_of(2, Some(2), FetcherStatus::Failed, &error), failed);
+        assert_eq!(
+            outcome_of(2, Some(2), FetcherStatus::Failed, &error),
+            failed
+        );
         assert_eq!(
             outcome_of(1, Some(2), FetcherStatus::Failed, &error),
             (FetcherStatus::Stopped, None),

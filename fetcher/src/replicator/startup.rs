@@ -1,5 +1,6 @@
 //! Start-up: read what the destination topic accepts, create the clients, check the source
-//! identity, and prepare every owned partition — settle on the destination log end, read the
+//! identity, settle every owned partition's destination log end (`settle`), and prepare each
+//! partition — confirm its settled end, read the
 //! source watermarks and where the recorded record's leader epoch ends, decide the start
 //! ([`start_plan`](super::start_plan)), record a first start, check the last copied record, skip
 //! or refuse what retention deleted, align the prefix — then assign the consumer.
@@ -13,7 +14,6 @@ use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::BaseProducer;
 use rdkafka::{Offset, TopicPartitionList};
 
@@ -26,6 +26,7 @@ use super::lease::LeaseHolder;
 use super::limits::DestinationLimits;
 use super::log_end::DestinationLogEnds;
 use super::position::rewrite_map;
+use super::settle::DestinationEnds;
 use super::source_check::Known;
 use super::start_plan::{
     LastCopy, Recorded, Start, StartFacts, Then, check_pinned, check_recorded_identity,
@@ -39,29 +40,6 @@ use kmirror_state::kafka_admin::describe_topics;
 use kmirror_state::kafka_record::{read_record_at, set_leader_epoch};
 use kmirror_state::records::{DataLossRecord, FetcherStatus, PartitionRecords, now_ms};
 use kmirror_state::store::{self, StateWriter};
-
-/// What the start-up settle does once the high watermark `hw` stood still for a settle time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum SettleStep {
-    /// Every in-sync replica holds the log up to `hw`: resume from it.
-    Settled,
-    /// The leader's log ends beyond the high watermark (records a follower lacks): wait.
-    AheadOfReplicas(i64),
-    /// The leader's log end is unknown: wait one more settle time, once.
-    WaitLonger,
-}
-
-fn settle_step(hw: i64, leader_end: Option<i64>, waited_longer: bool) -> SettleStep {
-    match leader_end {
-        Some(end) if end > hw => SettleStep::AheadOfReplicas(end),
-        Some(_) => SettleStep::Settled,
-        None if waited_longer => SettleStep::Settled,
-        None => SettleStep::WaitLonger,
-    }
-}
-
-/// Times the destination log end is read while it still moves before giving up.
-const SETTLE_ATTEMPTS: usize = 30;
 
 /// Times a source topic must be reported missing, a second apart, before it counts as deleted
 /// (a broker that has not learnt of the topic yet answers "unknown" too).
@@ -190,6 +168,8 @@ impl<'a> Fetcher<'a> {
             Duration::from_secs(60),
         )
         .map_err(Stop::LoadState)?;
+        let ends = DestinationEnds::new(&fetcher.destination_config, &config.destination_topic)?;
+        let settled = fetcher.settle_destination(&ends, &config.partitions)?;
         for &partition in &config.partitions {
             let recorded = records
                 .get(&(
@@ -199,7 +179,8 @@ impl<'a> Fetcher<'a> {
                 ))
                 .cloned()
                 .unwrap_or_default();
-            fetcher.prepare_partition(partition, &recorded)?;
+            let end = fetcher.confirm_settled(&ends, partition, settled[&partition])?;
+            fetcher.prepare_partition(partition, &recorded, end)?;
         }
         let assign = |source| Stop::AssignSource {
             topic: config.source_topic.clone(),
@@ -293,88 +274,12 @@ impl<'a> Fetcher<'a> {
             })
     }
 
-    /// Destination watermarks once the log end every in-sync replica agrees on is reached: the
-    /// high watermark stopped moving and equals the leader's own log end (without the leader's
-    /// answer, the high watermark must stay put for one more settle time).
-    fn settled_destination_watermarks(&mut self, partition: i32) -> Result<(i64, i64), Stop> {
-        let mut last = self.destination_watermarks(partition)?;
-        let mut waited_longer = false;
-        for _ in 0..SETTLE_ATTEMPTS {
-            std::thread::sleep(self.config.startup_settle);
-            let now = self.destination_watermarks(partition)?;
-            if now.1 == last.1 {
-                let leader_end = self
-                    .log_ends
-                    .end_of(&self.config.destination_topic, partition);
-                match settle_step(now.1, leader_end, waited_longer) {
-                    SettleStep::Settled => return Ok(now),
-                    SettleStep::AheadOfReplicas(end) => tracing::warn!(
-                        partition,
-                        high_watermark = now.1,
-                        leader_log_end = end,
-                        "the destination leader holds records not yet on every in-sync replica; \
-                         waiting"
-                    ),
-                    SettleStep::WaitLonger => {
-                        tracing::warn!(
-                            partition,
-                            "the destination leader's log end is unknown (see above); waiting \
-                             one more settle time for the high watermark instead"
-                        );
-                        waited_longer = true;
-                    }
-                }
-                last = now;
-                continue;
-            }
-            tracing::warn!(
-                partition,
-                from = last.1,
-                to = now.1,
-                "destination log end still moving; waiting"
-            );
-            last = now;
-        }
-        Err(Stop::DestinationLogEndMoving {
-            topic: self.config.destination_topic.clone(),
-            partition,
-        })
-    }
-
-    fn destination_watermarks(&self, partition: i32) -> Result<(i64, i64), Stop> {
-        let topic = &self.config.destination_topic;
-        let reader: BaseConsumer = self
-            .destination_config
-            .clone()
-            .set("group.id", "kmirror-fetcher-watermarks")
-            .create()
-            .map_err(|source| Stop::CreateClient {
-                client: "destination watermark reader",
-                source,
-            })?;
-        reader
-            .fetch_watermarks(topic, partition, ADMIN_TIMEOUT)
-            .map_err(|e| match e {
-                KafkaError::MetadataFetch(RDKafkaErrorCode::UnknownTopicOrPartition) => {
-                    Stop::DestinationTopicMissing {
-                        topic: topic.clone(),
-                        partition,
-                    }
-                }
-                source => Stop::FetchWatermarks {
-                    side: Side::Destination,
-                    topic: topic.clone(),
-                    partition,
-                    source,
-                },
-            })
-    }
-
     /// Gathers the facts of one partition, decides its start and carries the decision out.
     fn prepare_partition(
         &mut self,
         partition: i32,
         recorded: &PartitionRecords,
+        destination_end: i64,
     ) -> Result<(), Stop> {
         let config = self.config;
         // A position without a source cluster ID was never a start (older fetchers wrote one
@@ -395,7 +300,6 @@ impl<'a> Fetcher<'a> {
             &self.source_cluster_id,
             self.source_topic_id.as_deref(),
         )?;
-        let (_, destination_end) = self.settled_destination_watermarks(partition)?;
         let (source_low, source_high) = self.source_watermarks(partition, ADMIN_TIMEOUT)?;
         let recorded_start = match position {
             Some(p) => Some(Recorded {
@@ -590,18 +494,6 @@ mod tests {
 
     /// name, answers in turn → result, questions asked
     type MissingRow = (&'static str, Vec<Option<u8>>, Option<u8>, usize);
-
-    #[test]
-    fn the_settle_waits_for_the_log_end_every_in_sync_replica_holds() {
-        assert_eq!(settle_step(40, Some(40), false), SettleStep::Settled);
-        assert_eq!(
-            settle_step(40, Some(46), false),
-            SettleStep::AheadOfReplicas(46),
-            "a frozen follower: the leader holds 6 records the high watermark does not cover"
-        );
-        assert_eq!(settle_step(40, None, false), SettleStep::WaitLonger);
-        assert_eq!(settle_step(40, None, true), SettleStep::Settled);
-    }
 
     #[test]
     fn a_topic_reported_missing_once_is_not_deleted() {

@@ -127,8 +127,7 @@ fn stopped_for_another(
     let finding = code
         .and_then(StopReason::from_exit_code)
         .is_some_and(|r| !r.retryable());
-    finding
-        && position.is_some_and(|p| p.status == FetcherStatus::Stopped && p.error.is_none())
+    finding && position.is_some_and(|p| p.status == FetcherStatus::Stopped && p.error.is_none())
 }
 
 #[cfg(test)]
@@ -223,7 +222,11 @@ mod tests {
                 message: None
             }
         );
-        for (p, what) in [(Some(&failed), "failed"), (Some(&heartbeat), "not final"), (None, "none")] {
+        for (p, what) in [
+            (Some(&failed), "failed"),
+            (Some(&heartbeat), "not final"),
+            (None, "none"),
+        ] {
             assert_eq!(
                 fetcher_of(&pods, 0, 2, p),
                 FetcherObservation::Exited {
@@ -261,7 +264,10 @@ mod tests {
                 ..Default::default()
             },
         )]);
-        assert_eq!(fetcher_of(&pods, 0, 2, None), FetcherObservation::Terminating);
+        assert_eq!(
+            fetcher_of(&pods, 0, 2, None),
+            FetcherObservation::Terminating
+        );
         assert_eq!(
             fetcher_of(&pods, 1, 2, None),
             FetcherObservation::Terminating,
