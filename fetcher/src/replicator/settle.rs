@@ -220,12 +220,19 @@ mod tests {
         assert_eq!(settle_step(40, None, true), SettleStep::Settled);
     }
 
+    /// name, high watermarks a settle time apart (the first at the start), leader log ends
+    /// asked in turn → the round that settles (1-based) and the end, or none
+    type SettleRow = (
+        &'static str,
+        Vec<i64>,
+        Vec<Option<i64>>,
+        Option<(usize, i64)>,
+    );
+
     #[test]
     fn a_partition_settles_once_its_end_stood_still_and_the_replicas_hold_it() {
-        // name, high watermarks a settle time apart (the first at the start), leader log ends
-        // asked in turn → the round that settles (1-based) and the end, or none
         #[rustfmt::skip]
-        let table: Vec<(&str, Vec<i64>, Vec<Option<i64>>, Option<(usize, i64)>)> = vec![
+        let table: Vec<SettleRow> = vec![
             ("still at once", vec![10, 10], vec![Some(10)], Some((1, 10))),
             ("draining, then still", vec![10, 12, 15, 15], vec![Some(15)], Some((3, 15))),
             ("a follower behind, then caught up", vec![7, 7, 7], vec![Some(9), Some(7)], Some((2, 7))),
