@@ -204,6 +204,21 @@ impl StopReason {
         )
     }
 
+    /// Whether a stop for this reason can be about one partition of a fetcher process alone
+    /// (the others only stopped with it): findings about one destination or source partition.
+    /// The rest — clusters, the topic, the lease, errors — stop every partition of the process.
+    pub fn about_one_partition(self) -> bool {
+        matches!(
+            self,
+            StopReason::ForeignWrite
+                | StopReason::DataLoss
+                | StopReason::DestinationNotEmpty
+                | StopReason::DestinationTruncated
+                | StopReason::SourceDiverged
+                | StopReason::RecordRefused
+        )
+    }
+
     /// The name used in status, metrics and alerts (PascalCase, e.g. `SourceDiverged`).
     pub fn as_str(self) -> &'static str {
         match self {

@@ -826,6 +826,18 @@ mod tests {
     }
 
     #[test]
+    fn a_finding_about_one_partition_names_it_and_nothing_else_does() {
+        for (stop, reason, _) in table() {
+            assert_eq!(
+                stop.partition().is_some(),
+                reason.about_one_partition(),
+                "{stop:?}: the operator reads a stop of this reason as about one partition \
+                 exactly when it names one"
+            );
+        }
+    }
+
+    #[test]
     fn the_source_error_is_kept() {
         use std::error::Error as _;
         let stop = Stop::Delivery {

@@ -114,7 +114,9 @@ pub fn fetcher_of(
 /// Whether a process that exited with `code` (and termination `message`) stopped for a finding
 /// about another of its partitions, not about `partition`: its stop line names another
 /// partition; or, without a stop line (a node that keeps no termination message), the code
-/// names a finding while `partition`'s position — written at the stop — says it stopped cleanly.
+/// names a finding that can be about one partition while `partition`'s position — written at
+/// the stop — says it stopped cleanly. (The partition a finding is about always gets its reason
+/// recorded; a stop of the whole process records one for every partition.)
 fn stopped_for_another(
     partition: i32,
     code: Option<i32>,
@@ -126,7 +128,7 @@ fn stopped_for_another(
     }
     let finding = code
         .and_then(StopReason::from_exit_code)
-        .is_some_and(|r| !r.retryable());
+        .is_some_and(StopReason::about_one_partition);
     finding && position.is_some_and(|p| p.status == FetcherStatus::Stopped && p.error.is_none())
 }
 
@@ -236,22 +238,47 @@ mod tests {
                 "{what}: the exit code stands"
             );
         }
-        let retryable = BTreeMap::from([(
-            0,
-            PodView {
-                partitions: vec![0, 1],
-                exited: Some((Some(1), None)),
-                ..Default::default()
-            },
-        )]);
-        assert_eq!(
-            fetcher_of(&retryable, 1, 2, Some(&clean)),
-            FetcherObservation::Exited {
-                code: Some(1),
-                message: None
-            },
-            "an error every partition shares is retried with its backoff"
-        );
+        for (code, what) in [
+            (16, "a destination partition that lost records"),
+            (18, "a refused record"),
+        ] {
+            let pods = BTreeMap::from([(
+                0,
+                PodView {
+                    partitions: vec![0, 1],
+                    exited: Some((Some(code), None)),
+                    ..Default::default()
+                },
+            )]);
+            assert_eq!(
+                fetcher_of(&pods, 1, 2, Some(&clean)),
+                FetcherObservation::Exited {
+                    code: Some(0),
+                    message: None
+                },
+                "{what} is about another partition"
+            );
+        }
+        // A stop of the whole process: a clean position is from an earlier run (this one failed
+        // before it wrote any), the code stands — retried with its backoff, or failed.
+        for code in [1, 11, 12, 19, 20] {
+            let pods = BTreeMap::from([(
+                0,
+                PodView {
+                    partitions: vec![0, 1],
+                    exited: Some((Some(code), None)),
+                    ..Default::default()
+                },
+            )]);
+            assert_eq!(
+                fetcher_of(&pods, 1, 2, Some(&clean)),
+                FetcherObservation::Exited {
+                    code: Some(code),
+                    message: None
+                },
+                "exit code {code}"
+            );
+        }
     }
 
     #[test]
