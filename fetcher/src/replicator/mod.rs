@@ -9,10 +9,9 @@
 //!    and topic ID against what the state topic recorded; wait until the destination log end is
 //!    stable and every in-sync replica holds it (`settle`, all partitions together: the leader's
 //!    own log end, `log_end`, equals the high watermark; a previous incarnation's last requests
-//!    drain) and derive the next
-//!    source offset from it through the offset map; compare the last destination record with its source record (a
-//!    foreign write fails); on an empty destination whose source log starts above 0, align the
-//!    prefix;
+//!    drain) and derive the next source offset from it through the offset map; compare the last
+//!    destination record with its source record (a foreign write fails); on an empty
+//!    destination whose source log starts above 0, align the prefix;
 //! 2. **the poll loop** (`poll_loop`): poll a batch, record gaps in the map (persisted before the
 //!    records that follow them), produce, re-check the source range and identity, refresh the
 //!    lag, persist positions periodically, honour the throttle and SIGTERM;
