@@ -57,6 +57,8 @@ pub struct FetcherProcess {
     child: Child,
     /// Its log file (stderr and stdout).
     pub log: PathBuf,
+    /// Its termination message file (a container's `/dev/termination-log`).
+    pub termination: PathBuf,
 }
 
 /// Arguments for the fetcher's source side: the bed's source over PLAINTEXT.
@@ -92,7 +94,9 @@ impl FetcherProcess {
     /// [`FetcherProcess::spawn`] with extra environment variables (e.g. the `KMIRROR_*` twins of
     /// flags, which an older build ignores instead of refusing).
     pub fn spawn_with_env(args: &[String], env: &[(&str, &str)]) -> FetcherProcess {
-        let log = std::env::temp_dir().join(format!("{}.log", unique_name("fetcher")));
+        let name = unique_name("fetcher");
+        let log = std::env::temp_dir().join(format!("{name}.log"));
+        let termination = std::env::temp_dir().join(format!("{name}.termination"));
         let file = std::fs::File::create(&log).expect("fetcher log file");
         let mut defaults = vec!["--position-interval-seconds", "0.5"];
         if !args.iter().any(|a| a == "--http-addr") {
@@ -107,12 +111,23 @@ impl FetcherProcess {
                 std::env::var("KMIRROR_E2E_FETCHER_LOG")
                     .unwrap_or_else(|_| "info,librdkafka=warn".into()),
             )
+            // Its own message file, not the host's /dev/termination-log.
+            .env("KMIRROR_TERMINATION_MESSAGE_PATH", &termination)
             .envs(env.iter().copied())
             .stdout(Stdio::from(file.try_clone().expect("log handle")))
             .stderr(Stdio::from(file))
             .spawn()
             .expect("start kmirror-fetcher");
-        FetcherProcess { child, log }
+        FetcherProcess {
+            child,
+            log,
+            termination,
+        }
+    }
+
+    /// The termination message it left, if any.
+    pub fn termination_message(&self) -> Option<String> {
+        std::fs::read_to_string(&self.termination).ok()
     }
 
     /// The process ID.

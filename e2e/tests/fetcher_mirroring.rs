@@ -422,6 +422,11 @@ async fn foreign_write_on_the_destination_stops_the_fetcher() {
             .log_text()
             .contains("another client wrote to the destination partition")
     );
+    let line = fetcher.termination_message().unwrap_or_default();
+    assert!(
+        line.starts_with("ForeignWrite on partition 0: "),
+        "the termination message names the partition: {line}"
+    );
     let position = recorded(bed, &mirror, &topic, 0).position.unwrap();
     assert_eq!(position.status, FetcherStatus::Failed);
     let error = position.error.expect("the position records the reason");

@@ -410,6 +410,48 @@ async fn a_command_that_cannot_be_found_fails_the_pod_with_a_clear_reason() {
     .await;
 }
 
+/// What a container writes to its termination message file becomes the message of its
+/// `terminated` state, as with a kubelet — also for a container that runs as another user with a
+/// read-only root; without a message, `FallbackToLogsOnError` takes the log's tail.
+#[tokio::test]
+async fn a_termination_message_reaches_the_container_status() {
+    in_namespace("node-termination", |client, ns| async move {
+        let container = |name: &str, script: &str| {
+            serde_json::json!({
+                "metadata": {"name": name},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "securityContext": {"runAsUser": 1234, "runAsGroup": 1234},
+                    "containers": [{
+                        "name": "main", "image": "busybox",
+                        "command": ["/bin/sh", "-c", script],
+                        "terminationMessagePolicy": "FallbackToLogsOnError",
+                        "securityContext": {"readOnlyRootFilesystem": true}
+                    }]
+                }
+            })
+        };
+        let script = "echo 'log line'; printf 'ForeignWrite on partition 3: why' > /dev/termination-log; exit 10";
+        create_pod(&client, &ns, container("with-message", script)).await?;
+        create_pod(&client, &ns, container("logs-only", "echo 'the last words'; exit 3")).await?;
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        for (name, code, expect) in [
+            ("with-message", 10, "ForeignWrite on partition 3: why"),
+            ("logs-only", 3, "the last words"),
+        ] {
+            let pod = wait_for(&pods, name, TIMEOUT, "Failed", |p| phase(p) == "Failed").await?;
+            let terminated = container_status(&pod, "main")
+                .and_then(|s| s.state.clone())
+                .and_then(|s| s.terminated)
+                .expect("terminated state");
+            assert_eq!(terminated.exit_code, code, "{name}");
+            assert_eq!(terminated.message.as_deref(), Some(expect), "{name}");
+        }
+        Ok(())
+    })
+    .await;
+}
+
 /// A private node agent (its own node name, state and IP range; it binds nothing), killed and
 /// cleaned up when dropped.
 struct PrivateAgent {

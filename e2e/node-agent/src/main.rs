@@ -38,6 +38,7 @@ mod sources;
 mod state;
 mod status;
 mod supervisor;
+mod termination;
 mod token;
 mod volumes;
 mod zombie;

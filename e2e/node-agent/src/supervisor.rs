@@ -41,6 +41,8 @@ pub struct ContainerFiles {
     pub pid: PathBuf,
     /// The shim's own diagnostics.
     pub shim_log: PathBuf,
+    /// The termination message the instance leaves (bind-mounted into the container).
+    pub termination: PathBuf,
 }
 
 impl ContainerFiles {
@@ -51,6 +53,7 @@ impl ContainerFiles {
             exit: dir.join("exit.json"),
             pid: dir.join("pid"),
             shim_log: dir.join("shim.log"),
+            termination: dir.join("termination-log"),
         }
     }
 

@@ -36,7 +36,7 @@ use crate::status::{self, ContainerView, PodView};
 use crate::supervisor::{self, ContainerFiles, Shim};
 use crate::token::TokenCache;
 use crate::volumes::{self, HostVolume};
-use crate::{env, logs, ns_bin_path, payload, resolve, sandbox, zombie};
+use crate::{env, logs, ns_bin_path, payload, resolve, sandbox, termination, zombie};
 
 /// What every pod worker shares.
 pub struct Shared {

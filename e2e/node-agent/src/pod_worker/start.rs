@@ -118,6 +118,17 @@ impl PodWorker {
         };
         let dir = config.state.container_dir(&self.uid, &spec.name);
         let files = ContainerFiles::new(&dir);
+        match termination::prepare(&files.termination) {
+            Ok(()) => mounts.push(BindMount {
+                source: files.termination.clone(),
+                target: termination::target(&spec),
+                read_only: false,
+            }),
+            Err(e) => tracing::warn!(
+                pod = %self.label(), container = %spec.name,
+                "no termination message file: {e}"
+            ),
+        }
         let working_dir = spec
             .working_dir
             .clone()
@@ -231,9 +242,19 @@ impl PodWorker {
             .termination_message_policy
             .as_deref()
             == Some("FallbackToLogsOnError");
+        let files = ContainerFiles::new(
+            &self
+                .shared
+                .config
+                .state
+                .container_dir(&self.uid, &self.containers[idx].spec.name),
+        );
         let rec = self.rec_mut(idx);
         let instance = rec.running.take();
-        let mut message = exit.message.clone();
+        let mut message = exit
+            .message
+            .clone()
+            .or_else(|| termination::read(&files.termination));
         if message.is_none() && exit.exit_code != 0 && fallback_to_logs {
             message = logs::tail(&log, 2048);
         }
