@@ -194,14 +194,19 @@ impl PodWorker {
         self.setup_probes(idx);
     }
 
-    pub(super) fn spawn_waiter(&self, idx: usize, seq: u64, shim: Shim) {
-        let files = ContainerFiles::new(
+    /// The files of container `idx`'s instance (launch spec, exit record, message, ...).
+    fn files_of(&self, idx: usize) -> ContainerFiles {
+        ContainerFiles::new(
             &self
                 .shared
                 .config
                 .state
                 .container_dir(&self.uid, &self.containers[idx].spec.name),
-        );
+        )
+    }
+
+    pub(super) fn spawn_waiter(&self, idx: usize, seq: u64, shim: Shim) {
+        let files = self.files_of(idx);
         let tx = self.exits.0.clone();
         tokio::spawn(async move {
             let record = supervisor::wait(shim, &files.exit).await;
@@ -242,13 +247,7 @@ impl PodWorker {
             .termination_message_policy
             .as_deref()
             == Some("FallbackToLogsOnError");
-        let files = ContainerFiles::new(
-            &self
-                .shared
-                .config
-                .state
-                .container_dir(&self.uid, &self.containers[idx].spec.name),
-        );
+        let files = self.files_of(idx);
         let rec = self.rec_mut(idx);
         let instance = rec.running.take();
         let mut message = exit
