@@ -24,7 +24,8 @@ pub fn rotate(log: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-/// The last `max_bytes` of a log, for `terminationMessagePolicy: FallbackToLogsOnError`.
+/// The last `max_bytes` of a file, trimmed (`None` when empty): a log's tail for
+/// `terminationMessagePolicy: FallbackToLogsOnError`, and the termination message itself.
 pub fn tail(log: &Path, max_bytes: u64) -> Option<String> {
     let mut file = std::fs::File::open(log).ok()?;
     let len = file.metadata().ok()?.len();

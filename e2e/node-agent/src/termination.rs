@@ -4,7 +4,6 @@
 //! `terminated` state. (The mount point is created on the host when missing, like every mount
 //! point of the node agent.)
 
-use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
@@ -36,16 +35,10 @@ pub fn prepare(file: &Path) -> std::io::Result<()> {
     std::fs::set_permissions(file, std::fs::Permissions::from_mode(0o666))
 }
 
-/// The message an instance left, if it wrote one (at most 4096 bytes, trimmed).
+/// The message an instance left, if it wrote one: its last 4096 bytes, trimmed (the kubelet
+/// keeps the end of a longer one too).
 pub fn read(file: &Path) -> Option<String> {
-    let mut buf = Vec::new();
-    std::fs::File::open(file)
-        .ok()?
-        .take(MAX_BYTES)
-        .read_to_end(&mut buf)
-        .ok()?;
-    let text = String::from_utf8_lossy(&buf).trim().to_string();
-    (!text.is_empty()).then_some(text)
+    crate::logs::tail(file, MAX_BYTES)
 }
 
 #[cfg(test)]
