@@ -75,6 +75,40 @@ fn futures_block_on<F: std::future::Future>(f: F) -> F::Output {
     futures::executor::block_on(f)
 }
 
+/// Whether a watermark query failed only because the partition's leadership is moving (a
+/// replica fenced, an election under way): asked again, the new leader answers.
+fn leadership_moving(error: &KafkaError) -> bool {
+    matches!(
+        error,
+        KafkaError::MetadataFetch(
+            RDKafkaErrorCode::NotLeaderForPartition | RDKafkaErrorCode::LeaderNotAvailable
+        )
+    )
+}
+
+/// The watermarks of `topic`/`partition`, asked again while its leadership moves, until
+/// `deadline`.
+fn watermarks_until(
+    consumer: &BaseConsumer,
+    topic: &str,
+    partition: i32,
+    deadline: Instant,
+) -> Result<(i64, i64), KafkaError> {
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match consumer.fetch_watermarks(topic, partition, left.max(Duration::from_secs(1))) {
+            Err(e) if leadership_moving(&e) && Instant::now() + RETRY_PAUSE < deadline => {
+                tracing::debug!(%topic, partition, "state topic leadership moving: {e}; asking again");
+                std::thread::sleep(RETRY_PAUSE);
+            }
+            answer => return answer,
+        }
+    }
+}
+
+/// Pause before asking a partition that is changing leaders again.
+const RETRY_PAUSE: Duration = Duration::from_millis(500);
+
 /// Reads the whole state topic up to its end and returns the records for which `wanted(key)`
 /// holds, folded per replication unit (latest record wins, tombstones remove).
 pub fn load(
@@ -109,10 +143,9 @@ pub fn load(
     }
     let mut ends = BTreeMap::new();
     let mut tpl = TopicPartitionList::new();
+    let deadline = Instant::now() + timeout;
     for &p in &partitions {
-        let (low, high) = consumer
-            .fetch_watermarks(topic, p, timeout)
-            .map_err(kafka)?;
+        let (low, high) = watermarks_until(&consumer, topic, p, deadline).map_err(kafka)?;
         if high > low {
             ends.insert(p, high);
             tpl.add_partition_offset(topic, p, Offset::Offset(low))
@@ -125,7 +158,6 @@ pub fn load(
         return Ok(units);
     }
     consumer.assign(&tpl).map_err(kafka)?;
-    let deadline = Instant::now() + timeout;
     while !ends.is_empty() {
         if Instant::now() > deadline {
             return Err(StateError::Timeout(topic.to_string()));
@@ -305,5 +337,29 @@ impl StateWriter {
     ) -> Result<(), StateError> {
         self.send(key, value)?;
         self.flush(timeout)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_watermark_query_is_asked_again_only_while_leadership_moves() {
+        for code in [
+            RDKafkaErrorCode::NotLeaderForPartition,
+            RDKafkaErrorCode::LeaderNotAvailable,
+        ] {
+            assert!(
+                leadership_moving(&KafkaError::MetadataFetch(code)),
+                "{code:?}"
+            );
+        }
+        for e in [
+            KafkaError::MetadataFetch(RDKafkaErrorCode::UnknownTopicOrPartition),
+            KafkaError::MetadataFetch(RDKafkaErrorCode::TopicAuthorizationFailed),
+        ] {
+            assert!(!leadership_moving(&e), "{e:?}");
+        }
     }
 }
