@@ -26,6 +26,30 @@ impl Isolation {
     }
 }
 
+/// How records are copied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Engine {
+    /// Record by record through librdkafka: decompressed, copied, recompressed (lz4).
+    #[default]
+    Record,
+    /// Record batches as bytes (`kmirror-wire`): only the batch header is rewritten, the
+    /// source's codec, batch boundaries and timestamps stay; batches that cannot pass as they
+    /// are (old formats, compacted or partly read batches, LogAppendTime onto a CreateTime
+    /// topic) are re-encoded from their records.
+    Batch,
+}
+
+impl Engine {
+    /// Parses `record` or `batch`.
+    pub fn parse(s: &str) -> Option<Engine> {
+        match s {
+            "record" | "Record" => Some(Engine::Record),
+            "batch" | "Batch" => Some(Engine::Batch),
+            _ => None,
+        }
+    }
+}
+
 /// What to do when the source deleted records (retention) before they were mirrored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum TruncationPolicy {
@@ -68,6 +92,8 @@ pub struct FetcherConfig {
     pub memory_budget: u64,
     /// Source isolation level.
     pub isolation: Isolation,
+    /// The copy engine.
+    pub engine: Engine,
     /// The cluster IDs the connections pin (`clusterId`): another ID is a hard stop.
     pub pinned_cluster_ids: PinnedClusterIds,
     /// Most placeholders written for prefix alignment.
@@ -142,6 +168,7 @@ impl FetcherConfig {
             throttle_bytes_per_second: None,
             memory_budget: crate::memory::DEFAULT_MEMORY_BUDGET,
             isolation: Isolation::default(),
+            engine: Engine::default(),
             pinned_cluster_ids: PinnedClusterIds::default(),
             prefix_alignment_limit: 1_000_000,
             on_source_truncation: TruncationPolicy::default(),

@@ -15,6 +15,8 @@ pub mod termination;
 pub mod throttle;
 pub mod verify;
 
-pub use config::{FetcherConfig, Isolation, LeaseSettings, PinnedClusterIds, TruncationPolicy};
+pub use config::{
+    Engine, FetcherConfig, Isolation, LeaseSettings, PinnedClusterIds, TruncationPolicy,
+};
 pub use kmirror_state::ClusterSettings;
 pub use replicator::{Handles, Outcome, run};

@@ -15,7 +15,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use clap::Parser;
 use kmirror_fetcher::{
-    FetcherConfig, Handles, Isolation, LeaseSettings, PinnedClusterIds, TruncationPolicy,
+    Engine, FetcherConfig, Handles, Isolation, LeaseSettings, PinnedClusterIds, TruncationPolicy,
 };
 use kmirror_state::ClusterSettings;
 use kmirror_state::flags::ClusterFlags;
@@ -72,6 +72,10 @@ struct Args {
     /// ordinary records, which every consumer of the destination then reads.
     #[arg(long, env = "KMIRROR_ALLOW_UNCOMMITTED")]
     allow_uncommitted: bool,
+    /// The copy engine: `record` (librdkafka, record by record) or `batch` (record batches as
+    /// bytes, only their headers rewritten).
+    #[arg(long, env = "KMIRROR_ENGINE", default_value = "record")]
+    engine: String,
     /// Most placeholder records for prefix alignment.
     #[arg(
         long,
@@ -159,6 +163,10 @@ fn config(args: &Args) -> anyhow::Result<FetcherConfig> {
         other => {
             bail!("--isolation-level must be read_committed or read_uncommitted, not {other:?}")
         }
+    };
+    c.engine = match Engine::parse(&args.engine) {
+        Some(engine) => engine,
+        None => bail!("--engine must be record or batch, not {:?}", args.engine),
     };
     c.pinned_cluster_ids = PinnedClusterIds {
         source: args.source_cluster_id.clone().filter(|s| !s.is_empty()),

@@ -3,7 +3,7 @@
 //! clients' defaults (which let one fetcher reach ~300 MB).
 
 /// One mebibyte.
-const MIB: u64 = 1 << 20;
+pub const MIB: u64 = 1 << 20;
 
 /// The budget of a fetcher process given none (96Mi, `--memory-budget`'s default).
 pub const DEFAULT_MEMORY_BUDGET: u64 = kmirror_crds::v1alpha1::DEFAULT_FETCHER_MEMORY_BUDGET;

@@ -55,6 +55,11 @@ pub struct FetcherMetrics {
     /// Source records deleted (retention, DeleteRecords) before they were mirrored and skipped
     /// by policy (`kmirror_fetcher_data_loss_records_total`).
     pub data_loss_records: Family<PartitionLabels, Counter>,
+    /// Batch engine: source batches produced as their bytes.
+    pub batches_passed: Family<PartitionLabels, Counter>,
+    /// Batch engine: source batches whose records were re-encoded (old formats, compacted or
+    /// partly read batches, too large, LogAppendTime onto CreateTime).
+    pub batches_reencoded: Family<PartitionLabels, Counter>,
 }
 
 impl Default for FetcherMetrics {
@@ -76,6 +81,18 @@ impl FetcherMetrics {
         let state = Family::<StateLabels, Gauge>::default();
         let gaps = Family::<PartitionLabels, Counter>::default();
         let data_loss_records = Family::<PartitionLabels, Counter>::default();
+        let batches_passed = Family::<PartitionLabels, Counter>::default();
+        let batches_reencoded = Family::<PartitionLabels, Counter>::default();
+        registry.register(
+            "batches_passed",
+            "Batch engine: source record batches produced as they are",
+            batches_passed.clone(),
+        );
+        registry.register(
+            "batches_reencoded",
+            "Batch engine: source record batches whose records were re-encoded",
+            batches_reencoded.clone(),
+        );
         registry.register(
             "records",
             "Records copied to the destination",
@@ -132,6 +149,8 @@ impl FetcherMetrics {
             state,
             gaps,
             data_loss_records,
+            batches_passed,
+            batches_reencoded,
         }
     }
 

@@ -331,7 +331,18 @@ pub(super) fn send<K: ToBytes + ?Sized, P: ToBytes + ?Sized>(
 }
 
 impl Fetcher<'_> {
+    /// Drops what the engine's producer still holds (see [`purge`]).
+    pub(super) fn purge_producer(&mut self) {
+        match self.batch.as_mut() {
+            Some(path) => path.purge(&mut self.units),
+            None => purge(&self.producer, &mut self.units),
+        }
+    }
+
     pub(super) fn drain_deliveries(&mut self) -> Result<(), Stop> {
+        if self.batch.is_some() {
+            return self.drain_batches(false);
+        }
         drain(
             &self.producer,
             &mut self.units,
@@ -345,6 +356,9 @@ impl Fetcher<'_> {
 
     /// Waits until the destination confirmed everything produced, applying each report.
     pub(super) fn flush_producer(&mut self, timeout: Duration) -> Result<(), Stop> {
+        if self.batch.is_some() {
+            return self.flush_batches(timeout);
+        }
         let deadline = Instant::now() + timeout;
         loop {
             self.producer.poll(Duration::from_millis(50));

@@ -38,7 +38,7 @@ impl Fetcher<'_> {
         let flush_budget = self.config.shutdown_timeout.saturating_sub(PERSIST_BUDGET);
         let flushed = match &result {
             Err(stop) if stop.purges() => {
-                delivery::purge(&self.producer, &mut self.units);
+                self.purge_producer();
                 Ok(())
             }
             _ => self.flush_producer(flush_budget),
@@ -48,7 +48,7 @@ impl Fetcher<'_> {
         if let Err(stop) = &flushed
             && stop.purges()
         {
-            delivery::purge(&self.producer, &mut self.units);
+            self.purge_producer();
         }
         let (status, error, about, outcome) = match (result, flushed) {
             (Ok(()), Ok(())) => (FetcherStatus::Stopped, None, None, Outcome::Stopped),
@@ -96,8 +96,11 @@ impl Fetcher<'_> {
 impl Fetcher<'_> {
     /// Ends a run whose lease ran out: the producer is purged (by the lease thread already),
     /// positions are not written (the next holder's start reads the destination log).
-    fn lease_expired(self, stop: &Stop) -> Outcome {
+    fn lease_expired(mut self, stop: &Stop) -> Outcome {
         delivery::purge(&self.producer, &mut BTreeMap::new());
+        if let Some(path) = self.batch.as_mut() {
+            path.purge(&mut BTreeMap::new());
+        }
         self.handles.health.set_ready(false);
         for unit in self.units.values() {
             self.handles

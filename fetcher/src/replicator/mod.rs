@@ -28,6 +28,8 @@
 //! `source_check` from its watermarks and where a leader epoch ends (`epochs`). Positions and
 //! map chunks are written by `position`; client configurations live in `clients`.
 
+mod batch_path;
+mod batch_plan;
 mod clients;
 mod delivery;
 mod epochs;
@@ -245,6 +247,8 @@ struct Fetcher<'a> {
     source_topic_id: Option<String>,
     units: BTreeMap<i32, Unit>,
     throttle: Option<Throttle>,
+    /// The batch engine's copy path (`--engine batch`); `None`: the record engine.
+    batch: Option<batch_path::BatchPath>,
 }
 
 impl Fetcher<'_> {

@@ -261,7 +261,12 @@ impl Fetcher<'_> {
     /// Polls a batch (waiting at most `wait` for the first record), records its gaps, produces
     /// it, then runs the check the consumer asked for.
     fn mirror_once(&mut self, wait: Duration) -> Result<(), Stop> {
-        let check = {
+        let check = if self.batch.is_some() {
+            self.mirror_batches(wait)?.map(|c| match c {
+                super::batch_path::Check::SourceRange => Check::SourceRange,
+                super::batch_path::Check::SourceIdentity => Check::SourceIdentity,
+            })
+        } else {
             let Fetcher {
                 consumer,
                 producer,
@@ -429,6 +434,15 @@ impl Fetcher<'_> {
     /// epoch of the record before it, so that librdkafka validates the position), leaving the
     /// other partitions' fetching as it is.
     fn reposition(&mut self, p: i32) -> Result<(), Stop> {
+        if let Some(path) = self.batch.as_mut() {
+            path.reposition(p, &self.units[&p]);
+            tracing::info!(
+                partition = p,
+                next_src = self.units[&p].cursor.next_src,
+                "source fetch re-positioned"
+            );
+            return Ok(());
+        }
         let topic = &self.config.source_topic;
         let assign = |source| Stop::AssignSource {
             topic: topic.clone(),
@@ -485,19 +499,22 @@ impl Fetcher<'_> {
         let mut log_starts = BTreeMap::new();
         let mut stalled = None;
         let metrics = &self.handles.metrics;
-        let positions: BTreeMap<i32, i64> = self
-            .consumer
-            .position()
-            .map(|tpl| {
-                tpl.elements()
-                    .iter()
-                    .filter_map(|e| match e.offset() {
-                        Offset::Offset(o) => Some((e.partition(), o)),
-                        _ => None,
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
+        let positions: BTreeMap<i32, i64> = match &self.batch {
+            Some(path) => path.positions(),
+            None => self
+                .consumer
+                .position()
+                .map(|tpl| {
+                    tpl.elements()
+                        .iter()
+                        .filter_map(|e| match e.offset() {
+                            Offset::Offset(o) => Some((e.partition(), o)),
+                            _ => None,
+                        })
+                        .collect()
+                })
+                .unwrap_or_default(),
+        };
         for (p, unit) in self.units.iter_mut() {
             let confirmed = unit.cursor.confirmed_next_src();
             let mut next = confirmed;

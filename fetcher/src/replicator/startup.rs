@@ -17,6 +17,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::BaseProducer;
 use rdkafka::{Offset, TopicPartitionList};
 
+use super::batch_path::BatchPath;
 use super::clients::{
     cluster_config, producer_compresses, producer_config, source_consumer_config,
 };
@@ -34,7 +35,7 @@ use super::start_plan::{
 };
 use super::stop::{Side, Stop};
 use super::{ADMIN_TIMEOUT, Fetcher, Handles, Unit};
-use crate::config::FetcherConfig;
+use crate::config::{Engine, FetcherConfig};
 use crate::throttle::Throttle;
 use kmirror_state::kafka_admin::describe_topics;
 use kmirror_state::kafka_record::{read_record_at, set_leader_epoch};
@@ -155,6 +156,7 @@ impl<'a> Fetcher<'a> {
             throttle: config
                 .throttle_bytes_per_second
                 .map(|r| Throttle::new(r, Instant::now())),
+            batch: None,
         };
         fetcher.source_topic_id = fetcher.describe_source()?;
         let records = store::load(
@@ -182,28 +184,17 @@ impl<'a> Fetcher<'a> {
             let end = fetcher.confirm_settled(&ends, partition, settled[&partition])?;
             fetcher.prepare_partition(partition, &recorded, end)?;
         }
-        let assign = |source| Stop::AssignSource {
-            topic: config.source_topic.clone(),
-            source,
-        };
-        let mut tpl = TopicPartitionList::new();
-        for (p, unit) in &fetcher.units {
-            tpl.add_partition_offset(
-                &config.source_topic,
-                *p,
-                Offset::Offset(unit.cursor.next_src),
-            )
-            .map_err(assign)?;
-            // With the epoch of the record just before, librdkafka validates the position
-            // against the leader before fetching (and after every leader change).
-            if let Some((offset, epoch)) = unit.cursor.last_accepted
-                && offset == unit.cursor.next_src - 1
-                && epoch >= 0
-            {
-                set_leader_epoch(&mut tpl, &config.source_topic, *p, epoch);
-            }
+        if config.engine == Engine::Batch {
+            fetcher.batch = Some(BatchPath::start(
+                config,
+                &fetcher.source_config,
+                &fetcher.destination_config,
+                &fetcher.limits,
+                &fetcher.units,
+            )?);
+        } else {
+            fetcher.assign_consumer()?;
         }
-        fetcher.consumer.assign(&tpl).map_err(assign)?;
         for unit in fetcher.units.values_mut() {
             unit.position_dirty = true;
             handles
@@ -221,6 +212,34 @@ impl<'a> Fetcher<'a> {
             "mirroring"
         );
         Ok(fetcher)
+    }
+
+    /// Assigns the source consumer (the record engine) at every partition's cursor.
+    fn assign_consumer(&mut self) -> Result<(), Stop> {
+        let config = self.config;
+        let assign = |source| Stop::AssignSource {
+            topic: config.source_topic.clone(),
+            source,
+        };
+        let mut tpl = TopicPartitionList::new();
+        for (p, unit) in &self.units {
+            tpl.add_partition_offset(
+                &config.source_topic,
+                *p,
+                Offset::Offset(unit.cursor.next_src),
+            )
+            .map_err(assign)?;
+            // With the epoch of the record just before, librdkafka validates the position
+            // against the leader before fetching (and after every leader change).
+            if let Some((offset, epoch)) = unit.cursor.last_accepted
+                && offset == unit.cursor.next_src - 1
+                && epoch >= 0
+            {
+                set_leader_epoch(&mut tpl, &config.source_topic, *p, epoch);
+            }
+        }
+        self.consumer.assign(&tpl).map_err(assign)?;
+        Ok(())
     }
 
     /// Describes the source topic: it must exist with every owned partition. Returns its topic

@@ -195,6 +195,40 @@ pub enum Stop {
         #[source]
         source: KafkaError,
     },
+    /// The batch engine could not connect its wire client (or get a producer id).
+    #[error("connecting the batch engine to the {side} cluster: {source}")]
+    ConnectWire {
+        /// The cluster.
+        side: Side,
+        /// The client error.
+        #[source]
+        source: kmirror_wire::WireError,
+    },
+    /// The batch engine's write of a batch failed for good (not a refusal of its records).
+    #[error("writing a batch to {topic}[{partition}] failed: {source}")]
+    WireDelivery {
+        /// The destination topic.
+        topic: String,
+        /// The partition.
+        partition: i32,
+        /// The client error.
+        #[source]
+        source: kmirror_wire::WireError,
+    },
+    /// A fetched source batch failed its checks (CRC, framing, decompression): it is never
+    /// copied; a restart fetches it again.
+    #[error("a source batch of {topic}[{partition}] at offset {offset} is unreadable: {source}")]
+    SourceBatch {
+        /// The source topic.
+        topic: String,
+        /// The partition.
+        partition: i32,
+        /// The fetch offset.
+        offset: i64,
+        /// What is wrong with it.
+        #[source]
+        source: kmirror_wire::BatchError,
+    },
     /// Records were still unconfirmed when the wait for them ended.
     #[error("{count} records still unconfirmed by the destination after {timeout:?}")]
     Unconfirmed {
@@ -567,6 +601,9 @@ impl Stop {
             Stop::ReadRecord { .. } => StopReason::Error,
             Stop::AssignSource { .. } => StopReason::Error,
             Stop::Produce { .. } => StopReason::Error,
+            Stop::ConnectWire { .. } => StopReason::Error,
+            Stop::WireDelivery { .. } => StopReason::Error,
+            Stop::SourceBatch { .. } => StopReason::Error,
             Stop::Delivery { .. } => StopReason::Error,
             Stop::Unconfirmed { .. } => StopReason::Error,
             Stop::DeliveredWithoutOffset { .. } => StopReason::Error,
@@ -629,6 +666,7 @@ impl Stop {
     pub fn purges(&self) -> bool {
         match self {
             Stop::Delivery { .. }
+            | Stop::WireDelivery { .. }
             | Stop::Unconfirmed { .. }
             | Stop::DeliveredWithoutOffset { .. }
             | Stop::Stalled { .. }
@@ -695,6 +733,12 @@ mod tests {
              R::ClusterIdMismatch, &["destination cluster reports cluster ID q1w2e3r4t5y6u7i8o9p0aa",
                                      "spec.destination.clusterId pins AAAAAAAAAAAAAAAAAAAAAA"]),
             (Stop::FetchDestinationClusterId, R::Error, &["destination cluster did not report"]),
+            (Stop::ConnectWire { side: Side::Source, source: kmirror_wire::WireError::InitProducerId { reason: "COORDINATOR_NOT_AVAILABLE".into() } },
+             R::Error, &["batch engine to the source cluster", "COORDINATOR_NOT_AVAILABLE"]),
+            (Stop::WireDelivery { topic: t(), partition: 2, source: kmirror_wire::WireError::Produce { topic: t(), partition: 2, error: kmirror_wire::KafkaCode::OUT_OF_ORDER_SEQUENCE_NUMBER, message: None } },
+             R::Error, &["writing a batch to orders[2]", "OUT_OF_ORDER_SEQUENCE_NUMBER"]),
+            (Stop::SourceBatch { topic: t(), partition: 1, offset: 40, source: kmirror_wire::BatchError::Crc { base_offset: 40, stored: 1, computed: 2 } },
+             R::Error, &["source batch of orders[1] at offset 40"]),
             (Stop::FetchSourceClusterId,
              R::Error, &["did not report a cluster ID"]),
             (Stop::DescribeSourceTopic { topic: t(), source: AdminError::Timeout },
@@ -814,6 +858,7 @@ mod tests {
             ) || matches!(
                 stop,
                 Stop::Delivery { .. }
+                    | Stop::WireDelivery { .. }
                     | Stop::Unconfirmed { .. }
                     | Stop::DeliveredWithoutOffset { .. }
                     | Stop::Stalled { .. }

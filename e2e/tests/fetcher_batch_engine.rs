@@ -1,0 +1,276 @@
+//! The fetcher's batch engine (`--engine batch`) against the real brokers: source batches reach
+//! the destination as they are — same codec, same record counts, same offsets — and the batches
+//! that cannot pass as they are (a restart inside a batch, compaction, transactions, old
+//! formats) are copied exactly through the record path. The rest of the fetcher suites run with
+//! `KMIRROR_ENGINE=batch` as well (see the Makefile).
+
+use std::time::Duration;
+
+use kmirror_e2e::Testbed;
+use kmirror_e2e::fetcher::{
+    FetcherProcess, destination_args, ensure_state_topic, free_http_addr, metric, scrape,
+    source_args, verify, wait_until,
+};
+use kmirror_e2e::kafka::{
+    DestUser, TestRecord, create_topic, mixed_records, produce_all, unique_name, watermarks,
+};
+use kmirror_e2e::wire::{client, fetch_all, v2};
+use kmirror_fetcher::Isolation;
+use kmirror_wire::Codec;
+use rdkafka::ClientConfig;
+
+/// A batch-engine fetcher serving its metrics at `addr`.
+fn batch_fetcher(
+    bed: &Testbed,
+    mirror: &str,
+    topic: &str,
+    partitions: &str,
+    addr: &str,
+) -> FetcherProcess {
+    let mut a = vec![
+        "--mirror".to_string(),
+        mirror.to_string(),
+        "--source-topic".into(),
+        topic.into(),
+        "--partitions".into(),
+        partitions.into(),
+        "--startup-settle-seconds".into(),
+        "0.2".into(),
+        "--engine".into(),
+        "batch".into(),
+        "--http-addr".into(),
+        addr.into(),
+    ];
+    a.extend(source_args(bed));
+    a.extend(destination_args(bed));
+    FetcherProcess::spawn(&a)
+}
+
+/// The batch engine's counters of partition 0: (batches passed, batches re-encoded).
+fn batch_counters(addr: &str, mirror: &str, topic: &str) -> (f64, f64) {
+    let text = scrape(addr);
+    let labels = format!("mirror=\"{mirror}\",topic=\"{topic}\",partition=\"0\"");
+    let get = |name| metric(&text, name, &labels).unwrap_or(0.0);
+    (
+        get("kmirror_fetcher_batches_passed_total"),
+        get("kmirror_fetcher_batches_reencoded_total"),
+    )
+}
+
+/// Where a v2 batch's (compressed) records start, after its 61-byte header.
+const RECORDS_AT: usize = 61;
+
+fn caught_up(bed: &Testbed, source: &ClientConfig, topic: &str, partitions: i32) -> bool {
+    (0..partitions).all(|p| {
+        let (_, src_end) = watermarks(source, topic, p).unwrap();
+        let (_, dst_end) = watermarks(&bed.dest_config(DestUser::Admin), topic, p).unwrap();
+        dst_end == src_end
+    })
+}
+
+/// (base offset, record count, last offset delta, codec, hash of the records section) of every
+/// batch of partition 0.
+async fn batch_shapes(config: &ClientConfig, topic: &str) -> Vec<(i64, i32, i32, Codec, u64)> {
+    let c = client(config).await;
+    let (entries, _) = fetch_all(&c, topic, 0, kmirror_wire::Isolation::ReadUncommitted).await;
+    v2(&entries)
+        .iter()
+        .map(|b| {
+            let h = b.header;
+            let mut hasher = std::collections::hash_map::DefaultHasher::new();
+            std::hash::Hash::hash(&b.bytes[RECORDS_AT..], &mut hasher);
+            (
+                h.base_offset,
+                h.record_count,
+                h.last_offset_delta,
+                h.codec(),
+                std::hash::Hasher::finish(&hasher),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_dense_lz4_source_arrives_with_its_codec_and_batches() {
+    let bed = Testbed::get();
+    ensure_state_topic(bed);
+    let source = bed.source_config();
+    let topic = unique_name("batch-lz4");
+    create_topic(&source, &topic, 1, &[])
+        .await
+        .expect("source topic");
+    // The destination keeps what the producer sends (compression.type=producer, the default).
+    create_topic(
+        &bed.dest_config(DestUser::Admin),
+        &topic,
+        1,
+        &[("max.message.bytes", "4000000")],
+    )
+    .await
+    .expect("destination topic");
+    let records = mixed_records(60_000, 1, 6, 0xBA7C4);
+    produce_all(
+        &source,
+        &topic,
+        &records,
+        &[("compression.type", "lz4"), ("linger.ms", "20")],
+    )
+    .expect("produce");
+    let mirror = format!("e2e/{topic}");
+    let addr = free_http_addr();
+    let mut fetcher = batch_fetcher(bed, &mirror, &topic, "0", &addr);
+    wait_until(
+        "the destination to catch up",
+        Duration::from_secs(300),
+        || caught_up(bed, &source, &topic, 1),
+    );
+    let (passed, reencoded) = batch_counters(&addr, &mirror, &topic);
+    fetcher.signal("TERM");
+    assert_eq!(
+        fetcher.wait(Duration::from_secs(30)),
+        Some(0),
+        "{}",
+        fetcher.log_text()
+    );
+    let report = verify(
+        bed,
+        &source,
+        &mirror,
+        &topic,
+        &topic,
+        0,
+        Isolation::ReadCommitted,
+    );
+    assert!(report.is_clean(), "{report:?}");
+    assert!(report.offsets_identical, "{report:?}");
+    assert_eq!(report.matched, 60_000, "{report:?}");
+
+    let source_batches = batch_shapes(&source, &topic).await;
+    let destination_batches = batch_shapes(&bed.dest_config(DestUser::Admin), &topic).await;
+    assert!(
+        source_batches.len() > 10,
+        "the source holds many batches: {}",
+        source_batches.len()
+    );
+    assert!(
+        source_batches.iter().all(|b| b.3 == Codec::Lz4),
+        "the source is lz4"
+    );
+    assert_eq!(
+        destination_batches, source_batches,
+        "every destination batch has its source batch's base offset, record count, codec and \
+         compressed bytes: passed as it is, not re-encoded"
+    );
+    assert_eq!(
+        (passed, reencoded),
+        (source_batches.len() as f64, 0.0),
+        "every batch passed, none re-encoded"
+    );
+}
+
+#[tokio::test]
+async fn a_restart_inside_a_batch_copies_the_rest_of_it_through_the_record_path() {
+    let bed = Testbed::get();
+    ensure_state_topic(bed);
+    let source = bed.source_config();
+    let topic = unique_name("batch-partial");
+    create_topic(&source, &topic, 1, &[])
+        .await
+        .expect("source topic");
+    create_topic(
+        &bed.dest_config(DestUser::Admin),
+        &topic,
+        1,
+        &[("max.message.bytes", "4000000")],
+    )
+    .await
+    .expect("destination topic");
+    // One batch of 100 records on the source, of which a record-engine run copied the first
+    // ~30 before it was killed: the batch engine must copy the rest of the batch exactly.
+    // 100 records of 2 KB: the throttled run below copies its 64 KiB burst (~30 records) at
+    // once, then ten a second.
+    let records: Vec<TestRecord> = (0..100)
+        .map(|i| TestRecord {
+            partition: 0,
+            key: Some(format!("k{i}").into_bytes()),
+            value: Some(format!("{i:04}").repeat(500).into_bytes()),
+            headers: vec![("h".into(), format!("{i}").into_bytes())],
+        })
+        .collect();
+    produce_all(
+        &source,
+        &topic,
+        &records,
+        &[
+            ("compression.type", "zstd"),
+            ("linger.ms", "200"),
+            ("batch.size", "1000000"),
+        ],
+    )
+    .expect("produce");
+    let shapes = batch_shapes(&source, &topic).await;
+    assert_eq!(shapes.len(), 1, "one source batch: {shapes:?}");
+    let mirror = format!("e2e/{topic}");
+    let mut first = {
+        let mut a = vec![
+            "--mirror".to_string(),
+            mirror.clone(),
+            "--source-topic".into(),
+            topic.clone(),
+            "--partitions".into(),
+            "0".into(),
+            "--startup-settle-seconds".into(),
+            "0.2".into(),
+            "--throttle-bytes-per-second".into(),
+            "20000".into(),
+        ];
+        a.extend(source_args(bed));
+        a.extend(destination_args(bed));
+        FetcherProcess::spawn(&a)
+    };
+    wait_until("some records copied", Duration::from_secs(120), || {
+        let (_, end) = watermarks(&bed.dest_config(DestUser::Admin), &topic, 0).unwrap();
+        end >= 30
+    });
+    // Killed: a clean stop would first copy every record it had read.
+    first.signal("KILL");
+    first.wait(Duration::from_secs(30));
+    let (_, copied) = watermarks(&bed.dest_config(DestUser::Admin), &topic, 0).unwrap();
+    assert!(
+        (1..100).contains(&copied),
+        "stopped inside the batch: {copied}"
+    );
+
+    let addr = free_http_addr();
+    let mut fetcher = batch_fetcher(bed, &mirror, &topic, "0", &addr);
+    wait_until(
+        "the destination to catch up",
+        Duration::from_secs(120),
+        || caught_up(bed, &source, &topic, 1),
+    );
+    let counters = batch_counters(&addr, &mirror, &topic);
+    fetcher.signal("TERM");
+    assert_eq!(
+        fetcher.wait(Duration::from_secs(30)),
+        Some(0),
+        "{}",
+        fetcher.log_text()
+    );
+    let report = verify(
+        bed,
+        &source,
+        &mirror,
+        &topic,
+        &topic,
+        0,
+        Isolation::ReadCommitted,
+    );
+    assert!(report.is_clean(), "{report:?}");
+    assert!(report.offsets_identical, "{report:?}");
+    assert_eq!(report.matched, 100, "{report:?}");
+    assert_eq!(
+        counters,
+        (0.0, 1.0),
+        "the rest of the batch took the record path"
+    );
+}

@@ -1,0 +1,812 @@
+//! The batch engine's copy path (`--engine batch`): fetch record batches as bytes with the
+//! `kmirror-wire` client, plan each partition's entries (`batch_plan`), decide every record's
+//! destination offset with the same [`Cursor`](crate::cursor::Cursor) as the record engine (new
+//! map segments persisted before the records behind them), rewrite only the batch header for
+//! the destination (the fetcher's own idempotent producer id, epoch and sequence) and produce one
+//! batch per partition per request, at most five in flight. Every acknowledgement's base offset
+//! is checked against the one the batch had to get; a retriable failure resends the unconfirmed
+//! batches unchanged and in order (the broker answers a batch it already has with its first
+//! offset); a refusal stops the partition with the source offset. Start-up, the source checks,
+//! positions and the stop are the record engine's.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures::FutureExt;
+use kmirror_wire::records::{BatchProducer, encode_batch};
+use kmirror_wire::{
+    Client, FetchOptions, FetchPartition, FetchedPartition, KafkaCode, ProduceOptions, Produced,
+    ProducerIdentity, Rewrite, WireConfig, WireError, batch,
+};
+use rdkafka::ClientConfig;
+use rdkafka::error::RDKafkaErrorCode;
+
+use super::batch_plan::{self, Destination, Piece};
+use super::limits::DestinationLimits;
+use super::position::persist_map;
+use super::stop::{Side, Stop};
+use super::watchdog::{Watch, Watchdog};
+use super::{ADMIN_TIMEOUT, Fetcher, Unit};
+use crate::config::{FetcherConfig, Isolation};
+use crate::cursor::Accept;
+use crate::memory::MIB;
+
+/// Batches in flight per partition (the broker keeps the last five per producer and
+/// partition to answer resent ones).
+const MAX_IN_FLIGHT: usize = 5;
+
+/// Pause after a failed fetch or produce before the next attempt.
+const RETRY_BACKOFF: Duration = Duration::from_millis(200);
+
+type Answer = Pin<Box<dyn Future<Output = Result<Produced, WireError>> + Send>>;
+
+/// A batch on its way to the destination.
+struct Sent {
+    /// The bytes as produced (resent unchanged after a retriable failure).
+    batch: Bytes,
+    /// Destination offsets its first and last record must get.
+    first_dst: i64,
+    last_dst: i64,
+    /// Source offset of its first record.
+    first_src: i64,
+    /// Bytes of keys, values and headers (for the metrics; batch bytes for passed batches).
+    bytes: u64,
+    /// Its newest record timestamp.
+    max_timestamp: i64,
+    /// The broker's answer; `None` after a failure until the batch is resent.
+    answer: Option<Answer>,
+}
+
+/// One partition of the batch path.
+struct Lane {
+    /// Next source offset to fetch (past skipped control records and aborted transactions).
+    fetch_offset: i64,
+    /// Leader epoch of the last batch fetched, for the broker's divergence check.
+    last_fetched_epoch: Option<i32>,
+    /// Sequence number of the next batch.
+    sequence: i32,
+    sent: VecDeque<Sent>,
+}
+
+/// What a fetched partition calls for besides copying.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Check {
+    /// The fetch offset is outside the source log, or the log diverged before it.
+    SourceRange,
+    /// The source does not know the topic or partition.
+    SourceIdentity,
+}
+
+/// The batch engine's clients and in-flight batches.
+pub(super) struct BatchPath {
+    runtime: tokio::runtime::Runtime,
+    source: Client,
+    destination: Client,
+    producer: ProducerIdentity,
+    fetch: FetchOptions,
+    partition_max_bytes: i32,
+    produce: ProduceOptions,
+    shape: Destination,
+    lanes: BTreeMap<i32, Lane>,
+    watchdog: Watchdog,
+}
+
+fn wire_config(config: &ClientConfig, side: Side) -> Result<WireConfig, Stop> {
+    let pairs = config
+        .config_map()
+        .into_keys()
+        .map(|k| (k, config.get(k).unwrap_or_default()));
+    WireConfig::from_pairs(pairs).map_err(|source| Stop::ConnectWire { side, source })
+}
+
+impl BatchPath {
+    /// Connects both sides, gets a producer id and starts each partition at its cursor.
+    pub(super) fn start(
+        config: &FetcherConfig,
+        source: &ClientConfig,
+        destination: &ClientConfig,
+        limits: &DestinationLimits,
+        units: &BTreeMap<i32, Unit>,
+    ) -> Result<BatchPath, Stop> {
+        let source_config = wire_config(source, Side::Source)?;
+        let destination_config = wire_config(destination, Side::Destination)?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("kmirror-wire")
+            .enable_all()
+            .build()
+            .map_err(|e| Stop::ConnectWire {
+                side: Side::Source,
+                source: WireError::Connect {
+                    broker: "(runtime)".into(),
+                    reason: format!("starting the wire runtime: {e}"),
+                },
+            })?;
+        let (source_client, destination_client, producer) = runtime.block_on(async {
+            let s = Client::connect(source_config)
+                .await
+                .map_err(|source| Stop::ConnectWire {
+                    side: Side::Source,
+                    source,
+                })?;
+            let d = Client::connect(destination_config)
+                .await
+                .map_err(|source| Stop::ConnectWire {
+                    side: Side::Destination,
+                    source,
+                })?;
+            let id = d
+                .init_producer_id()
+                .await
+                .map_err(|source| Stop::ConnectWire {
+                    side: Side::Destination,
+                    source,
+                })?;
+            Ok::<_, Stop>((s, d, id))
+        })?;
+        // Fetch responses are the engine's memory: a quarter of the budget per response, spread
+        // over the partitions (the broker returns a partition's first batch even when larger).
+        let response = (config.memory_budget / 4).clamp(MIB, 50 * MIB);
+        let per_partition = (response / units.len().max(1) as u64).clamp(MIB / 4, 8 * MIB);
+        let lease = config.lease.is_some();
+        tracing::info!(
+            producer_id = producer.id,
+            producer_epoch = producer.epoch,
+            "batch engine connected"
+        );
+        Ok(BatchPath {
+            runtime,
+            source: source_client,
+            destination: destination_client,
+            producer,
+            fetch: FetchOptions {
+                isolation: match config.isolation {
+                    Isolation::ReadCommitted => kmirror_wire::Isolation::ReadCommitted,
+                    Isolation::ReadUncommitted => kmirror_wire::Isolation::ReadUncommitted,
+                },
+                max_wait: Duration::from_millis(100),
+                min_bytes: 1,
+                max_bytes: response as i32,
+            },
+            partition_max_bytes: per_partition as i32,
+            produce: ProduceOptions {
+                acks: -1,
+                // With leases, no request may outlive the lease's safety margin.
+                timeout: if lease {
+                    crate::config::LEASE_REQUEST_TIMEOUT
+                } else {
+                    Duration::from_secs(30)
+                },
+            },
+            shape: Destination {
+                max_message_bytes: limits.max_message_bytes,
+                create_time: limits.create_time,
+            },
+            lanes: units
+                .iter()
+                .map(|(&p, unit)| {
+                    (
+                        p,
+                        Lane {
+                            fetch_offset: unit.cursor.next_src,
+                            last_fetched_epoch: epoch_before(unit),
+                            sequence: 0,
+                            sent: VecDeque::new(),
+                        },
+                    )
+                })
+                .collect(),
+            watchdog: Watchdog::new(config.stall_timeout),
+        })
+    }
+
+    /// Batches in flight over all partitions.
+    fn in_flight(&self) -> usize {
+        self.lanes.values().map(|l| l.sent.len()).sum()
+    }
+
+    /// Where each partition fetches next.
+    pub(super) fn positions(&self) -> BTreeMap<i32, i64> {
+        self.lanes
+            .iter()
+            .map(|(&p, l)| (p, l.fetch_offset))
+            .collect()
+    }
+
+    /// Fetches `p` from its cursor again (after a source check).
+    pub(super) fn reposition(&mut self, p: i32, unit: &Unit) {
+        if let Some(lane) = self.lanes.get_mut(&p) {
+            lane.fetch_offset = unit.cursor.next_src;
+            lane.last_fetched_epoch = epoch_before(unit);
+        }
+    }
+
+    /// Drops every batch in flight (they may or may not land; the next start reads the
+    /// destination log end).
+    pub(super) fn purge(&mut self, units: &mut BTreeMap<i32, Unit>) {
+        for (p, lane) in self.lanes.iter_mut() {
+            lane.sent.clear();
+            if let Some(unit) = units.get_mut(p) {
+                unit.cursor.forget_inflight();
+                lane.fetch_offset = unit.cursor.next_src;
+            }
+        }
+    }
+}
+
+/// The leader epoch of the record right before the cursor, when known.
+fn epoch_before(unit: &Unit) -> Option<i32> {
+    unit.cursor
+        .last_accepted
+        .filter(|&(o, e)| o == unit.cursor.next_src - 1 && e >= 0)
+        .map(|(_, e)| e)
+}
+
+/// The librdkafka code of a broker error code the limits know how to explain.
+fn refusal_code(code: KafkaCode) -> Option<RDKafkaErrorCode> {
+    Some(match code.0 {
+        4 => RDKafkaErrorCode::InvalidMessageSize,
+        10 => RDKafkaErrorCode::MessageSizeTooLarge,
+        18 => RDKafkaErrorCode::MessageBatchTooLarge,
+        32 => RDKafkaErrorCode::InvalidTimestamp,
+        87 => RDKafkaErrorCode::InvalidRecord,
+        _ => return None,
+    })
+}
+
+/// A batch to put on the wire: its bytes and bookkeeping.
+struct Outgoing {
+    batch: Bytes,
+    first_dst: i64,
+    last_dst: i64,
+    first_src: i64,
+    bytes: u64,
+    max_timestamp: i64,
+    passed: bool,
+}
+
+impl Fetcher<'_> {
+    fn batch_path(&mut self) -> &mut BatchPath {
+        self.batch.as_mut().expect("the batch engine runs")
+    }
+
+    /// One round of the batch engine: fetch what the partitions with room in flight can take
+    /// (waiting at most `wait`), copy it, and apply the answers that arrived. Returns the check
+    /// a fetched partition called for.
+    pub(super) fn mirror_batches(&mut self, wait: Duration) -> Result<Option<Check>, Stop> {
+        let all_full = self
+            .batch_path()
+            .lanes
+            .values()
+            .all(|l| l.sent.len() >= MAX_IN_FLIGHT);
+        if all_full {
+            // Nothing to fetch for until the destination answers.
+            self.drain_batches(true)?;
+            return Ok(None);
+        }
+        let (fetched, check) = self.fetch_batches(wait)?;
+        for f in fetched {
+            self.copy_fetched(f)?;
+        }
+        self.drain_batches(false)?;
+        Ok(check)
+    }
+
+    /// Fetches every partition with room in flight from its fetch offset.
+    fn fetch_batches(
+        &mut self,
+        wait: Duration,
+    ) -> Result<(Vec<FetchedPartition>, Option<Check>), Stop> {
+        let topic = self.config.source_topic.clone();
+        let path = self.batch_path();
+        let wanted: Vec<FetchPartition> = path
+            .lanes
+            .iter()
+            .filter(|(_, l)| l.sent.len() < MAX_IN_FLIGHT)
+            .map(|(&p, l)| FetchPartition {
+                partition: p,
+                offset: l.fetch_offset,
+                max_bytes: path.partition_max_bytes,
+                last_fetched_epoch: l.last_fetched_epoch,
+            })
+            .collect();
+        if wanted.is_empty() {
+            return Ok((Vec::new(), None));
+        }
+        let options = FetchOptions {
+            max_wait: wait,
+            ..path.fetch
+        };
+        let source = path.source.clone();
+        let fetched = path.runtime.block_on(async {
+            tokio::time::timeout(
+                wait + Duration::from_secs(30),
+                source.fetch(&topic, &wanted, &options),
+            )
+            .await
+        });
+        let fetched = match fetched {
+            Ok(Ok(f)) => f,
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "source fetch failed; fetching again");
+                source.mark_stale();
+                std::thread::sleep(RETRY_BACKOFF);
+                return Ok((Vec::new(), None));
+            }
+            Err(_) => {
+                tracing::warn!("source fetch timed out; fetching again");
+                source.mark_stale();
+                return Ok((Vec::new(), None));
+            }
+        };
+        let mut check = None;
+        let mut ok = Vec::with_capacity(fetched.len());
+        let mut backoff = false;
+        for f in fetched {
+            if f.diverging_epoch.is_some() || f.error == KafkaCode::OFFSET_OUT_OF_RANGE {
+                tracing::warn!(
+                    partition = f.partition,
+                    offset = f.fetch_offset,
+                    diverging = ?f.diverging_epoch,
+                    error = %f.error.name(),
+                    "the source log does not hold the fetch offset as read"
+                );
+                check = Some(Check::SourceRange);
+            } else if f.error == KafkaCode::UNKNOWN_TOPIC_OR_PARTITION
+                || f.error == KafkaCode::UNKNOWN_TOPIC_ID
+            {
+                check.get_or_insert(Check::SourceIdentity);
+                backoff = true;
+            } else if !f.error.is_ok() {
+                tracing::debug!(partition = f.partition, error = %f.error.name(), "source fetch error; fetching again");
+                backoff = true;
+            } else {
+                ok.push(f);
+            }
+        }
+        if backoff && ok.is_empty() {
+            std::thread::sleep(RETRY_BACKOFF);
+        }
+        Ok((ok, check))
+    }
+
+    /// Plans one fetched partition, records its offsets (persisting new map segments first) and
+    /// sends its batches.
+    fn copy_fetched(&mut self, fetched: FetchedPartition) -> Result<(), Stop> {
+        let p = fetched.partition;
+        let topic = self.config.source_topic.clone();
+        let (shape, from) = {
+            let path = self.batch_path();
+            let lane = path.lanes.get(&p).ok_or(Stop::UnownedPartition {
+                what: "batches from",
+                partition: p,
+            })?;
+            (path.shape, lane.fetch_offset)
+        };
+        if fetched.fetch_offset != from {
+            return Ok(()); // repositioned while the fetch was out
+        }
+        let plan = batch_plan::plan(from, fetched.records.clone(), &fetched.aborted, shape)
+            .map_err(|source| Stop::SourceBatch {
+                topic: topic.clone(),
+                partition: p,
+                offset: from,
+                source,
+            })?;
+        let mut outgoing = Vec::with_capacity(plan.pieces.len());
+        let mut gap = false;
+        {
+            let unit = self.units.get_mut(&p).expect("owned partition");
+            for piece in plan.pieces {
+                outgoing.extend(accept_piece(
+                    unit,
+                    &self.handles.metrics,
+                    piece,
+                    shape,
+                    &mut gap,
+                )?);
+            }
+        }
+        if gap {
+            self.handles
+                .metrics
+                .gaps
+                .get_or_create(&self.units[&p].labels)
+                .inc();
+            let unit = self.units.get_mut(&p).expect("owned partition");
+            persist_map(&self.state, self.config, unit)?;
+            self.state.flush(ADMIN_TIMEOUT).map_err(Stop::WriteState)?;
+        }
+        {
+            let lane = self.batch_path().lanes.get_mut(&p).expect("checked above");
+            lane.fetch_offset = plan.next_offset;
+            if plan.last_epoch.is_some() {
+                lane.last_fetched_epoch = plan.last_epoch;
+            }
+        }
+        for out in outgoing {
+            self.send_batch(p, out)?;
+        }
+        Ok(())
+    }
+
+    /// Puts one batch on the wire (after the lease check), waiting for room first.
+    fn send_batch(&mut self, p: i32, out: Outgoing) -> Result<(), Stop> {
+        while self.batch_path().lanes[&p].sent.len() >= MAX_IN_FLIGHT {
+            self.drain_batches(true)?;
+        }
+        if let Some(l) = self.lease {
+            l.check()?;
+        }
+        let topic = self.config.destination_topic.clone();
+        let source_topic = self.config.source_topic.clone();
+        let path = self.batch.as_mut().expect("the batch engine runs");
+        let producer = path.producer;
+        let lane = path.lanes.get_mut(&p).expect("owned partition");
+        let count = (out.last_dst - out.first_dst + 1) as i32;
+        let rewrite = Rewrite {
+            producer_id: producer.id,
+            producer_epoch: producer.epoch,
+            base_sequence: lane.sequence,
+        };
+        let bytes = if out.passed {
+            batch::rewrite(&out.batch, &rewrite)
+        } else {
+            let mut b = out.batch.to_vec();
+            batch::rewrite_in_place(&mut b, &rewrite).map(|_| Bytes::from(b))
+        }
+        .map_err(|source| Stop::SourceBatch {
+            topic: source_topic,
+            partition: p,
+            offset: out.first_src,
+            source,
+        })?;
+        lane.sequence = batch::next_sequence(lane.sequence, count);
+        let answer = send(
+            &path.runtime,
+            &path.destination,
+            &topic,
+            p,
+            bytes.clone(),
+            path.produce,
+        );
+        lane.sent.push_back(Sent {
+            batch: bytes,
+            first_dst: out.first_dst,
+            last_dst: out.last_dst,
+            first_src: out.first_src,
+            bytes: out.bytes,
+            max_timestamp: out.max_timestamp,
+            answer: Some(answer),
+        });
+        if let Some(t) = self.throttle.as_mut() {
+            let mut wait = t.take(out.bytes as usize, Instant::now());
+            while !wait.is_zero() {
+                let slice = wait.min(Duration::from_millis(50));
+                std::thread::sleep(slice);
+                self.drain_batches(false)?;
+                wait -= slice;
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies the answers that arrived — with `block`, waits for at least the oldest one (up to
+    /// a second). A retriable failure resends that partition's unconfirmed batches unchanged
+    /// and in order.
+    pub(super) fn drain_batches(&mut self, block: bool) -> Result<(), Stop> {
+        let partitions: Vec<i32> = self.batch_path().lanes.keys().copied().collect();
+        let mut confirmed = 0usize;
+        let mut waited = false;
+        for p in partitions {
+            loop {
+                let path = self.batch.as_mut().expect("the batch engine runs");
+                let lane = path.lanes.get_mut(&p).expect("owned");
+                let Some(front) = lane.sent.front_mut() else {
+                    break;
+                };
+                let Some(answer) = front.answer.as_mut() else {
+                    break; // awaiting a resend (below)
+                };
+                let result = if block && !waited {
+                    waited = true;
+                    let _guard = path.runtime.enter();
+                    match path.runtime.block_on(async {
+                        tokio::time::timeout(Duration::from_secs(1), answer).await
+                    }) {
+                        Ok(r) => r,
+                        Err(_) => break,
+                    }
+                } else {
+                    let _guard = path.runtime.enter();
+                    match answer.now_or_never() {
+                        Some(r) => r,
+                        None => break,
+                    }
+                };
+                match result {
+                    Ok(produced) => {
+                        let sent = lane.sent.pop_front().expect("front");
+                        self.confirm_batch(p, &sent, produced)?;
+                        confirmed += 1;
+                    }
+                    Err(e) if e.is_retriable() => {
+                        self.resend(p, &e)?;
+                    }
+                    Err(e) => return Err(self.write_failed(p, e)),
+                }
+            }
+        }
+        let in_flight = self.batch_path().in_flight() as i32;
+        match self
+            .batch_path()
+            .watchdog
+            .observe(Instant::now(), in_flight, confirmed)
+        {
+            Watch::Fine => Ok(()),
+            Watch::Warn { in_flight, waited } => {
+                tracing::warn!(
+                    in_flight,
+                    "{in_flight} batches in flight, none confirmed by the destination for {}s",
+                    waited.as_secs()
+                );
+                Ok(())
+            }
+            Watch::Stalled { in_flight, waited } => Err(Stop::Stalled {
+                topic: self.config.destination_topic.clone(),
+                in_flight,
+                seconds: waited.as_secs(),
+            }),
+        }
+    }
+
+    /// A failed write of partition `p`'s oldest batch: a refusal names its first source offset;
+    /// anything else stops the run (the next start reads the destination log end).
+    fn write_failed(&mut self, p: i32, e: WireError) -> Stop {
+        let topic = self.config.destination_topic.clone();
+        let front = &self.batch.as_ref().expect("the batch engine runs").lanes[&p].sent[0];
+        if let WireError::Produce { error, .. } = &e
+            && let Some(code) = refusal_code(*error)
+            && let Some(why) =
+                self.limits
+                    .refusal_for(code, front.bytes as usize, Some(front.max_timestamp))
+        {
+            return Stop::DeliveryRefused {
+                topic,
+                partition: p,
+                source_offset: front.first_src,
+                why,
+            };
+        }
+        Stop::WireDelivery {
+            topic,
+            partition: p,
+            source: e,
+        }
+    }
+
+    /// After a retriable failure of partition `p`'s oldest batch: waits for the answers of the
+    /// batches after it (each either failed too or is in the broker's memory), pauses, and sends
+    /// every unconfirmed batch again, unchanged and in order.
+    fn resend(&mut self, p: i32, cause: &WireError) -> Result<(), Stop> {
+        tracing::warn!(partition = p, error = %cause, "write failed; sending the unconfirmed batches again");
+        let topic = self.config.destination_topic.clone();
+        {
+            let path = self.batch_path();
+            let lane = path.lanes.get_mut(&p).expect("owned");
+            let answers: Vec<Answer> = lane
+                .sent
+                .iter_mut()
+                .filter_map(|s| s.answer.take())
+                .collect();
+            path.runtime.block_on(async {
+                for a in answers {
+                    let _ = a.await;
+                }
+            });
+            path.destination.mark_stale();
+        }
+        std::thread::sleep(RETRY_BACKOFF);
+        if let Some(l) = self.lease {
+            l.check()?;
+        }
+        let path = self.batch_path();
+        let lane = path.lanes.get_mut(&p).expect("owned");
+        for sent in lane.sent.iter_mut() {
+            sent.answer = Some(send(
+                &path.runtime,
+                &path.destination,
+                &topic,
+                p,
+                sent.batch.clone(),
+                path.produce,
+            ));
+        }
+        Ok(())
+    }
+
+    /// Applies the broker's acknowledgement of a batch: it must have landed where its first
+    /// record had to (above: another writer; below: the destination lost records).
+    fn confirm_batch(&mut self, p: i32, sent: &Sent, produced: Produced) -> Result<(), Stop> {
+        let topic = &self.config.destination_topic;
+        let unit = self.units.get_mut(&p).expect("owned partition");
+        if produced.base_offset < 0 {
+            return Err(Stop::DeliveredWithoutOffset {
+                topic: topic.clone(),
+                partition: p,
+                expected: sent.first_dst,
+            });
+        }
+        let actual_last = produced.base_offset + (sent.last_dst - sent.first_dst);
+        let mismatch = |expected: i64, actual: i64| {
+            if actual < expected {
+                Stop::LandedBelow {
+                    topic: topic.clone(),
+                    partition: p,
+                    expected,
+                    actual,
+                }
+            } else {
+                Stop::OffsetMismatch {
+                    topic: topic.clone(),
+                    partition: p,
+                    expected,
+                    actual,
+                }
+            }
+        };
+        if produced.base_offset != sent.first_dst {
+            return Err(mismatch(sent.first_dst, produced.base_offset));
+        }
+        unit.cursor
+            .delivered(sent.last_dst, actual_last)
+            .map_err(|m| mismatch(m.expected, m.actual))?;
+        let records = (sent.last_dst - sent.first_dst + 1) as u64;
+        unit.position_dirty = true;
+        unit.records += records;
+        unit.last_timestamp = Some(sent.max_timestamp)
+            .filter(|&t| t >= 0)
+            .or(unit.last_timestamp);
+        let metrics = &self.handles.metrics;
+        metrics.records.get_or_create(&unit.labels).inc_by(records);
+        metrics.bytes.get_or_create(&unit.labels).inc_by(sent.bytes);
+        Ok(())
+    }
+
+    /// Waits until the destination confirmed every batch in flight.
+    pub(super) fn flush_batches(&mut self, timeout: Duration) -> Result<(), Stop> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            self.drain_batches(true)?;
+            let in_flight = self.batch_path().in_flight();
+            if in_flight == 0 {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(Stop::Unconfirmed {
+                    count: in_flight as i32,
+                    timeout,
+                });
+            }
+        }
+    }
+}
+
+/// Puts a batch on the wire; a failure to send becomes the answer.
+fn send(
+    runtime: &tokio::runtime::Runtime,
+    destination: &Client,
+    topic: &str,
+    partition: i32,
+    batch: Bytes,
+    options: ProduceOptions,
+) -> Answer {
+    let sent = runtime.block_on(destination.send_produce(topic, partition, batch, &options));
+    match sent {
+        Ok(in_flight) => Box::pin(in_flight.wait()),
+        Err(e) => Box::pin(std::future::ready(Err(e))),
+    }
+}
+
+/// Records the offsets of one planned piece in the cursor and turns it into outgoing batches.
+fn accept_piece(
+    unit: &mut Unit,
+    metrics: &crate::metrics::FetcherMetrics,
+    piece: Piece,
+    shape: Destination,
+    gap: &mut bool,
+) -> Result<Vec<Outgoing>, Stop> {
+    let partition = unit.cursor.partition;
+    let mut accept = |offset: i64, epoch: i32| -> Result<Option<i64>, Stop> {
+        match unit
+            .cursor
+            .accept(offset, epoch)
+            .map_err(|source| Stop::OffsetMapOrder { partition, source })?
+        {
+            Accept::Skip => Ok(None),
+            Accept::Produce {
+                expected_dst,
+                gap: g,
+            } => {
+                *gap |= g;
+                Ok(Some(expected_dst))
+            }
+        }
+    };
+    match piece {
+        Piece::Pass(b) => {
+            let h = b.header;
+            let mut first = None;
+            let mut last = -1;
+            for o in h.base_offset..=h.last_offset() {
+                if let Some(dst) = accept(o, h.partition_leader_epoch)? {
+                    first.get_or_insert(dst);
+                    last = dst;
+                }
+            }
+            metrics.batches_passed.get_or_create(&unit.labels).inc();
+            Ok(first
+                .map(|first_dst| Outgoing {
+                    bytes: b.bytes.len() as u64,
+                    batch: b.bytes,
+                    first_dst,
+                    last_dst: last,
+                    first_src: h.base_offset,
+                    max_timestamp: h.max_timestamp,
+                    passed: true,
+                })
+                .into_iter()
+                .collect())
+        }
+        Piece::Records {
+            records,
+            epoch,
+            codec,
+            why,
+        } => {
+            tracing::debug!(
+                partition,
+                why = why.label(),
+                records = records.len(),
+                "records re-encoded"
+            );
+            metrics.batches_reencoded.get_or_create(&unit.labels).inc();
+            let mut out = Vec::new();
+            for chunk in batch_plan::chunks(&records, shape.max_message_bytes) {
+                let mut first = None;
+                let mut last = -1;
+                let mut kept = Vec::with_capacity(chunk.len());
+                for r in chunk {
+                    if let Some(dst) = accept(r.offset, epoch)? {
+                        first.get_or_insert(dst);
+                        last = dst;
+                        kept.push(r.clone());
+                    }
+                }
+                let Some(first_dst) = first else { continue };
+                let encoded =
+                    encode_batch(&kept, codec, 0, BatchProducer::NONE).map_err(|source| {
+                        Stop::SourceBatch {
+                            topic: unit.labels.topic.clone(),
+                            partition,
+                            offset: kept[0].offset,
+                            source,
+                        }
+                    })?;
+                out.push(Outgoing {
+                    batch: encoded,
+                    first_dst,
+                    last_dst: last,
+                    first_src: kept[0].offset,
+                    bytes: kept.iter().map(batch_plan::record_size).sum::<usize>() as u64,
+                    max_timestamp: kept.iter().map(|r| r.timestamp).max().unwrap_or(-1),
+                    passed: false,
+                });
+            }
+            Ok(out)
+        }
+    }
+}
