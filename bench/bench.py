@@ -69,9 +69,10 @@ def settings(argv):
                    help="runs per measurement, alternating kmirror/MM2 (BENCH_RUNS; full 3, fetcher 3)")
     p.add_argument("--phases", default=env("BENCH_PHASES", "limits,catchup,failover,latency"),
                    help="comma list of limits,catchup,failover,latency (BENCH_PHASES; full mode)")
-    p.add_argument("--mirrors", default=env("BENCH_MIRRORS", "kmirror,kmirror-pooled,mm2"),
+    p.add_argument("--mirrors", default=env("BENCH_MIRRORS", "kmirror,kmirror-pooled,kmirror-batch,mm2"),
                    help="comma list of kmirror (a process per --partitions-per-fetcher), kmirror-pooled "
-                        "(one process for every partition) and mm2 (BENCH_MIRRORS; full mode)")
+                        "(one process for every partition), kmirror-batch (one process, the batch "
+                        "engine) and mm2 (BENCH_MIRRORS; full mode)")
     p.add_argument("--latency-rate", type=parse_size, default=parse_size(env("BENCH_LAT_RATE", "5MB")),
                    help="steady-state produce rate per second (BENCH_LAT_RATE)")
     p.add_argument("--latency-seconds", type=float, default=float(env("BENCH_LAT_SECONDS", "60")),
@@ -321,7 +322,7 @@ def wait_bed_stable(bed, quiet=15.0, timeout=600.0):
 STATE_TOPIC = "__kmirror_state"
 
 # The mirrors a full run compares, in table order.
-MIRRORS = ("kmirror", "kmirror-pooled", "mm2")
+MIRRORS = ("kmirror", "kmirror-pooled", "kmirror-batch", "mm2")
 
 
 class Kmirror:
@@ -364,6 +365,7 @@ class Kmirror:
                 "--http-addr", "none",
                 "--writer", f"bench-{uid}-{i}",
             ]
+            argv += self.engine_args()
             argv += shlex.split(os.environ.get("BENCH_FETCHER_ARGS", ""))  # experiments only
             wrap = os.environ.get("BENCH_FETCHER_WRAP")  # e.g. a profiler: "perf record -g -o {logdir}/{uid}-{i}.perf --"
             if wrap:
@@ -374,6 +376,9 @@ class Kmirror:
 
     def partitions_per_process(self):
         return max(1, self.ctx.args.partitions_per_fetcher)
+
+    def engine_args(self):
+        return []
 
     def settings(self):
         return {"processes": -(-self.ctx.args.partitions // self.partitions_per_process()),
@@ -423,6 +428,15 @@ class KmirrorPooled(Kmirror):
 
     def partitions_per_process(self):
         return max(1, self.ctx.args.partitions)
+
+
+class KmirrorBatch(KmirrorPooled):
+    """kmirror's batch engine (record batches as bytes), one fetcher process for every partition."""
+
+    name = "kmirror-batch"
+
+    def engine_args(self):
+        return ["--engine", "batch"]
 
 
 class Mm2:
@@ -1138,10 +1152,10 @@ def summarize(ctx, runs):
     rows = []
 
     def row(label, phase, key, sub=None, lim=None, digits=1):
-        k, p, m = (pick(phase, name, key, sub) for name in MIRRORS)
-        rows.append([label, fmt(k, digits), fmt(p, digits), fmt(m, digits), fmt(lim, digits),
-                     fmt(ratio(k, m), 2), fmt(ratio(p, m), 2), fmt(ratio(p, k), 2),
-                     fmt(ratio(k, lim), 2)])
+        k, p, b, m = (pick(phase, name, key, sub) for name in MIRRORS)
+        rows.append([label, fmt(k, digits), fmt(p, digits), fmt(b, digits), fmt(m, digits),
+                     fmt(lim, digits), fmt(ratio(k, m), 2), fmt(ratio(p, m), 2),
+                     fmt(ratio(b, m), 2), fmt(ratio(b, p), 2), fmt(ratio(k, lim), 2)])
 
     if "catchup" in ctx.args.phases:
         row("catch-up MB/s (from first record)", "catchup", "mb_s", lim=limit)
@@ -1171,7 +1185,7 @@ def summarize(ctx, runs):
                     vals[m] = "pending"
                 else:
                     vals[m] = med([f.get(key) for f in fs])
-            rows.append([label] + [fmt(vals.get(m), 0) for m in MIRRORS] + ["", "", "", "", ""])
+            rows.append([label] + [fmt(vals.get(m), 0) for m in MIRRORS] + ["", "", "", "", "", ""])
     lim_rows = []
     if lp is not None or lc is not None:
         lim_rows = [["limit: plain producer -> destination MB/s", fmt(lp), fmt(lpr)],
@@ -1187,9 +1201,11 @@ def report(ctx, runs):
         text.append(f"medians of {n} run(s); MB = 10^6 bytes of uncompressed payload; "
                     "limit = min(plain producer, plain consumer)")
         text.append("kmirror: a fetcher process per --partitions-per-fetcher partitions; pooled: one "
-                    "process for every partition (what a pool pod runs)")
-        text.append(table(rows, ["metric", "kmirror", "pooled", "MM2", "limit", "kmirror/MM2",
-                                 "pooled/MM2", "pooled/kmirror", "kmirror/limit"]))
+                    "process for every partition (what a pool pod runs); batch: one process, the "
+                    "batch engine (record batches as bytes)")
+        text.append(table(rows, ["metric", "kmirror", "pooled", "batch", "MM2", "limit",
+                                 "kmirror/MM2", "pooled/MM2", "batch/MM2", "batch/pooled",
+                                 "kmirror/limit"]))
     if lim_rows:
         text.append("")
         text.append(table(lim_rows, ["limit", "MB/s", "records/s"]))
@@ -1243,7 +1259,8 @@ def main(argv):
     bed = Bed()
     ctx = Context(args, bed)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    mirrors = {"kmirror": Kmirror(ctx), "kmirror-pooled": KmirrorPooled(ctx), "mm2": Mm2(ctx)}
+    mirrors = {"kmirror": Kmirror(ctx), "kmirror-pooled": KmirrorPooled(ctx),
+               "kmirror-batch": KmirrorBatch(ctx), "mm2": Mm2(ctx)}
     chosen = [mirrors[m] for m in args.mirrors]
     results = {"command": " ".join(sys.argv), "mode": args.mode, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                "settings": {k: v for k, v in vars(args).items()}, "machine": machine(),

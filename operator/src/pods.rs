@@ -11,7 +11,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kmirror_crds::bytes::parse_byte_size;
 use kmirror_crds::v1alpha1::{
-    ClusterMirror, DEFAULT_FETCHER_MEMORY_BUDGET, IsolationLevel, MirrorTopic,
+    ClusterMirror, DEFAULT_FETCHER_MEMORY_BUDGET, FetcherEngine, IsolationLevel, MirrorTopic,
 };
 use kube::Resource;
 use kube::api::ObjectMeta;
@@ -150,6 +150,10 @@ impl FetcherPod<'_> {
             "--http-port".into(),
             HTTP_PORT.to_string(),
         ];
+        if spec.fetcher.engine == FetcherEngine::Batch {
+            args.push("--engine".into());
+            args.push("batch".into());
+        }
         if let Some(t) = spec.fetcher.throttle_bytes_per_second {
             args.push("--throttle-bytes-per-second".into());
             args.push(t.to_string());
@@ -486,6 +490,7 @@ mod tests {
         assert!(args.contains("--mirror ns/dr"));
         assert!(args.contains("--partitions 0,1"));
         assert!(args.contains("--throttle-bytes-per-second 1048576"));
+        assert!(!args.contains("--engine"), "the record engine by default");
         assert!(
             args.contains("--memory-budget 100663296"),
             "96Mi by default"
@@ -503,6 +508,27 @@ mod tests {
                 .as_deref(),
             Some("creds")
         );
+    }
+
+    #[test]
+    fn the_batch_engine_is_passed_on() {
+        let (mt, mut cm) = objects();
+        cm.spec.fetcher.engine = FetcherEngine::Batch;
+        let fp = FetcherPod {
+            topic: &mt,
+            mirror: &cm,
+            index: 0,
+            partitions: &[0],
+            default_image: "i",
+            secrets_version: "v1",
+        };
+        let pod = fp.build();
+        let args = pod.spec.unwrap().containers[0]
+            .args
+            .clone()
+            .unwrap()
+            .join(" ");
+        assert!(args.contains("--engine batch"), "{args}");
     }
 
     #[test]

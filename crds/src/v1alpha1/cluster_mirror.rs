@@ -304,6 +304,20 @@ pub enum IsolationLevel {
     ReadUncommitted,
 }
 
+/// How a fetcher copies records.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum FetcherEngine {
+    /// Record by record through librdkafka: decompressed, copied, recompressed with lz4
+    /// (default).
+    #[default]
+    Record,
+    /// Record batches as bytes: only the batch header is rewritten, the source's codec, batch
+    /// boundaries and timestamps stay; batches that cannot pass as they are (old formats,
+    /// compacted or partly read batches, LogAppendTime onto a CreateTime topic) are re-encoded
+    /// from their records. Same offsets, offset map, fencing and stop reasons as `Record`.
+    Batch,
+}
+
 /// Fetcher pods: image, resources, packing and tuning.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, kube::KubeSchema)]
 #[serde(rename_all = "camelCase")]
@@ -349,6 +363,9 @@ pub struct FetcherSpec {
     /// Source reads: `ReadCommitted` (default) or `ReadUncommitted`.
     #[serde(default)]
     pub isolation_level: IsolationLevel,
+    /// Copy engine: `Record` (default) or `Batch`.
+    #[serde(default)]
+    pub engine: FetcherEngine,
     /// Most placeholder records written to align an empty destination with a source whose log
     /// starts above 0 (default 1,000,000). Beyond it the partition is mirrored with an offset
     /// map instead of identical offsets.
@@ -386,6 +403,7 @@ impl Default for FetcherSpec {
             partitions_per_pod: default_partitions_per_pod(),
             throttle_bytes_per_second: None,
             isolation_level: IsolationLevel::default(),
+            engine: FetcherEngine::default(),
             prefix_alignment_limit: default_prefix_alignment_limit(),
             consumer_properties: BTreeMap::new(),
             producer_properties: BTreeMap::new(),
