@@ -350,7 +350,9 @@ async fn a_multi_partition_fetcher_keeps_every_partition_when_one_skips_lost_rec
             r
         }));
     }
-    produce_all(&source, &topic, &all, &[]).unwrap();
+    // Small source batches: the batch engine copies a batch whole, so its read-ahead is at
+    // least one source batch.
+    produce_all(&source, &topic, &all, &[("batch.size", "16384")]).unwrap();
     let mirror = format!("e2e/{topic}");
     let addr = free_http_addr();
     // Slow and with a small read-ahead, so that retention overtakes partition 1's position.

@@ -23,6 +23,9 @@ pub(super) enum RecordPath {
     /// LogAppendTime onto a CreateTime destination: its records carry the append time as their
     /// timestamp, as source consumers see it.
     AppendTime,
+    /// A timestamp outside the destination's bounds: each record is checked, so that a refusal
+    /// names the record and the records before it are copied.
+    TimestampBounds,
 }
 
 impl RecordPath {
@@ -34,6 +37,7 @@ impl RecordPath {
             RecordPath::Sparse => "sparse",
             RecordPath::TooLarge => "too_large",
             RecordPath::AppendTime => "append_time",
+            RecordPath::TimestampBounds => "timestamp_bounds",
         }
     }
 }
@@ -75,6 +79,12 @@ pub(super) struct Destination {
     pub max_message_bytes: Option<i64>,
     /// `message.timestamp.type=CreateTime`.
     pub create_time: bool,
+    /// How old (ms) and how far ahead of the clock (ms) a CreateTime timestamp may be.
+    pub before_ms: Option<i64>,
+    /// See `before_ms`.
+    pub after_ms: Option<i64>,
+    /// The clock, ms since the epoch.
+    pub now_ms: i64,
 }
 
 /// The plan for one fetched partition.
@@ -202,9 +212,21 @@ fn record_path(
         Some(RecordPath::TooLarge)
     } else if destination.create_time && h.timestamp_type() == TimestampType::LogAppendTime {
         Some(RecordPath::AppendTime)
+    } else if destination.create_time && !within_bounds(h, destination) {
+        Some(RecordPath::TimestampBounds)
     } else {
         None
     }
+}
+
+/// Whether the batch's first and newest timestamps are within the destination's bounds.
+fn within_bounds(h: &kmirror_wire::BatchHeader, d: Destination) -> bool {
+    let ok = |ts: i64| {
+        ts < 0
+            || (d.after_ms.is_none_or(|b| ts.saturating_sub(d.now_ms) <= b)
+                && d.before_ms.is_none_or(|b| d.now_ms.saturating_sub(ts) <= b))
+    };
+    ok(h.base_timestamp) && ok(h.max_timestamp)
 }
 
 /// Splits records for the record path into runs that each fit `max_message_bytes` (by their
@@ -380,6 +402,9 @@ mod tests {
     const CREATE_TIME: Destination = Destination {
         max_message_bytes: Some(1_048_588),
         create_time: true,
+        before_ms: None,
+        after_ms: Some(3_600_000),
+        now_ms: 1_700_000_000_000,
     };
 
     /// A plan as (first offset, pass or why, record count) per piece, next offset, skipped.
@@ -414,12 +439,12 @@ mod tests {
             ("a compacted batch: record path", 0, set(&[compacted(0, 4, 2)]), &[], CREATE_TIME,
              (vec![(0, "sparse", 3)], 4, 0)),
             ("a batch over max.message.bytes: record path", 0, set(&[batch(0, 3, 1, none)]), &[],
-             Destination { max_message_bytes: Some(50), create_time: true },
+             Destination { max_message_bytes: Some(50), ..CREATE_TIME },
              (vec![(0, "too_large", 3)], 3, 0)),
             ("LogAppendTime onto CreateTime: record path", 0, set(&[batch(0, 2, 1, attributes(LOG_APPEND_TIME))]), &[], CREATE_TIME,
              (vec![(0, "append_time", 2)], 2, 0)),
             ("LogAppendTime onto LogAppendTime passes", 0, set(&[batch(0, 2, 1, attributes(LOG_APPEND_TIME))]), &[],
-             Destination { max_message_bytes: None, create_time: false },
+             Destination { max_message_bytes: None, create_time: false, ..CREATE_TIME },
              (vec![(0, "pass", 2)], 2, 0)),
             ("a committed transaction passes, its marker is skipped", 0,
              set(&[batch(0, 2, 7, attributes(TRANSACTIONAL)), marker(2, 7, 1), batch(3, 1, 1, none)]), &[], CREATE_TIME,
@@ -429,6 +454,15 @@ mod tests {
                    batch(6, 1, 7, attributes(TRANSACTIONAL)), marker(7, 7, 0), batch(8, 2, 7, attributes(TRANSACTIONAL)), marker(10, 7, 1)]),
              &aborted_by_7, CREATE_TIME,
              (vec![(0, "pass", 3), (5, "pass", 1), (8, "pass", 2)], 11, 5)),
+            ("a timestamp beyond the bounds: record path, each record checked", 0, set(&[batch(0, 3, 1, none)]), &[],
+             Destination { now_ms: 1_699_000_000_000, ..CREATE_TIME },
+             (vec![(0, "timestamp_bounds", 3)], 3, 0)),
+            ("too old for the bounds: record path", 0, set(&[batch(0, 3, 1, none)]), &[],
+             Destination { before_ms: Some(1_000), now_ms: 1_700_000_100_000, ..CREATE_TIME },
+             (vec![(0, "timestamp_bounds", 3)], 3, 0)),
+            ("bounds do not apply to a LogAppendTime destination", 0, set(&[batch(0, 3, 1, none)]), &[],
+             Destination { now_ms: 1_699_000_000_000, create_time: false, ..CREATE_TIME },
+             (vec![(0, "pass", 3)], 3, 0)),
             ("an empty batch is skipped", 0, set(&[batch(0, 1, 1, |b: &mut [u8]| b[57..61].copy_from_slice(&0i32.to_be_bytes()))]), &[], CREATE_TIME,
              (vec![], 1, 1)),
             ("nothing fetched: the offset stays", 9, Bytes::new(), &[], CREATE_TIME, (vec![], 9, 0)),

@@ -29,6 +29,7 @@ use super::{ADMIN_TIMEOUT, Fetcher, Unit};
 use crate::config::{FetcherConfig, Isolation};
 use crate::cursor::Accept;
 use crate::memory::MIB;
+use kmirror_state::records::now_ms;
 
 /// Batches in flight per partition (the broker keeps the last five per producer and
 /// partition to answer resent ones).
@@ -128,10 +129,18 @@ impl BatchPath {
                 })?;
             Ok::<_, Stop>((s, d, id))
         })?;
-        // Fetch responses are the engine's memory: a quarter of the budget per response, spread
-        // over the partitions (the broker returns a partition's first batch even when larger).
-        let response = (config.memory_budget / 4).clamp(MIB, 50 * MIB);
-        let per_partition = (response / units.len().max(1) as u64).clamp(MIB / 4, 8 * MIB);
+        // Fetch responses are the engine's memory: the consumer's sizes (derived from the
+        // memory budget, or the user's consumerProperties); the broker returns a partition's
+        // first batch even when it is larger.
+        let size = |key: &str, default: u64| {
+            source
+                .get(key)
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(default)
+                .clamp(1024, i32::MAX as u64)
+        };
+        let response = size("fetch.max.bytes", 50 * MIB);
+        let per_partition = size("max.partition.fetch.bytes", MIB);
         let lease = config.lease.is_some();
         tracing::info!(
             producer_id = producer.id,
@@ -165,6 +174,9 @@ impl BatchPath {
             shape: Destination {
                 max_message_bytes: limits.max_message_bytes,
                 create_time: limits.create_time,
+                before_ms: limits.before.map(|(b, _)| b),
+                after_ms: limits.after.map(|(b, _)| b),
+                now_ms: 0,
             },
             lanes: units
                 .iter()
@@ -358,6 +370,11 @@ impl Fetcher<'_> {
         if fetched.fetch_offset != from {
             return Ok(()); // repositioned while the fetch was out
         }
+        let now = now_ms();
+        let shape = Destination {
+            now_ms: now,
+            ..shape
+        };
         let plan = batch_plan::plan(from, fetched.records.clone(), &fetched.aborted, shape)
             .map_err(|source| Stop::SourceBatch {
                 topic: topic.clone(),
@@ -367,16 +384,29 @@ impl Fetcher<'_> {
             })?;
         let mut outgoing = Vec::with_capacity(plan.pieces.len());
         let mut gap = false;
+        // A record the destination would refuse: what comes before it is copied, then the
+        // partition stops naming it.
+        let mut refused = None;
         {
             let unit = self.units.get_mut(&p).expect("owned partition");
+            let check = RecordCheck {
+                limits: &self.limits,
+                topic: &self.config.destination_topic,
+                now_ms: now,
+            };
             for piece in plan.pieces {
                 outgoing.extend(accept_piece(
                     unit,
                     &self.handles.metrics,
                     piece,
                     shape,
+                    &check,
                     &mut gap,
+                    &mut refused,
                 )?);
+                if refused.is_some() {
+                    break;
+                }
             }
         }
         if gap {
@@ -399,8 +429,15 @@ impl Fetcher<'_> {
         for out in outgoing {
             self.send_batch(p, out)?;
         }
-        Ok(())
+        refused.map_or(Ok(()), Err)
     }
+}
+
+/// What each record of the record path is checked against before it is accepted.
+struct RecordCheck<'a> {
+    limits: &'a DestinationLimits,
+    topic: &'a str,
+    now_ms: i64,
 }
 
 /// Records the offsets of one planned piece in the cursor and turns it into outgoing batches.
@@ -409,7 +446,9 @@ fn accept_piece(
     metrics: &crate::metrics::FetcherMetrics,
     piece: Piece,
     shape: Destination,
+    check: &RecordCheck<'_>,
     gap: &mut bool,
+    refused: &mut Option<Stop>,
 ) -> Result<Vec<Outgoing>, Stop> {
     let partition = unit.cursor.partition;
     let mut accept = |offset: i64, epoch: i32| -> Result<Option<i64>, Stop> {
@@ -468,10 +507,26 @@ fn accept_piece(
             metrics.batches_reencoded.get_or_create(&unit.labels).inc();
             let mut out = Vec::new();
             for chunk in batch_plan::chunks(&records, shape.max_message_bytes) {
+                if refused.is_some() {
+                    break;
+                }
                 let mut first = None;
                 let mut last = -1;
                 let mut kept = Vec::with_capacity(chunk.len());
                 for r in chunk {
+                    if let Err(why) = check.limits.check(
+                        batch_plan::record_size(r),
+                        Some(r.timestamp),
+                        check.now_ms,
+                    ) {
+                        *refused = Some(Stop::RecordRefused {
+                            topic: check.topic.to_string(),
+                            partition,
+                            source_offset: r.offset,
+                            why,
+                        });
+                        break;
+                    }
                     if let Some(dst) = accept(r.offset, epoch)? {
                         first.get_or_insert(dst);
                         last = dst;

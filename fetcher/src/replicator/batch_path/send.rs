@@ -54,6 +54,16 @@ impl Fetcher<'_> {
         while self.batch_path().lanes[&p].sent.len() >= MAX_IN_FLIGHT {
             self.drain_batches(true)?;
         }
+        // The throttle holds a batch back before it is written, not after.
+        if let Some(t) = self.throttle.as_mut() {
+            let mut wait = t.take(out.bytes as usize, Instant::now());
+            while !wait.is_zero() {
+                let slice = wait.min(Duration::from_millis(50));
+                std::thread::sleep(slice);
+                self.drain_batches(false)?;
+                wait -= slice;
+            }
+        }
         if let Some(l) = self.lease {
             l.check()?;
         }
@@ -98,15 +108,6 @@ impl Fetcher<'_> {
             max_timestamp: out.max_timestamp,
             answer: Some(answer),
         });
-        if let Some(t) = self.throttle.as_mut() {
-            let mut wait = t.take(out.bytes as usize, Instant::now());
-            while !wait.is_zero() {
-                let slice = wait.min(Duration::from_millis(50));
-                std::thread::sleep(slice);
-                self.drain_batches(false)?;
-                wait -= slice;
-            }
-        }
         Ok(())
     }
 
