@@ -10,7 +10,7 @@
 //! positions and the stop are the record engine's.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use kmirror_wire::records::{BatchProducer, encode_batch};
@@ -74,6 +74,9 @@ pub(super) struct BatchPath {
     shape: Destination,
     lanes: BTreeMap<i32, Lane>,
     watchdog: Watchdog,
+    /// When a retry was last logged at WARN (retries repeat every few hundred milliseconds
+    /// while a broker restarts; one line in five seconds says it).
+    retry_warned: Option<Instant>,
 }
 
 fn wire_config(config: &ClientConfig, side: Side) -> Result<WireConfig, Stop> {
@@ -193,7 +196,20 @@ impl BatchPath {
                 })
                 .collect(),
             watchdog: Watchdog::new(config.stall_timeout),
+            retry_warned: None,
         })
+    }
+
+    /// Whether a retry should be logged at WARN now (at most once in five seconds).
+    fn warn_retry(&mut self) -> bool {
+        let now = Instant::now();
+        let due = self
+            .retry_warned
+            .is_none_or(|t| now.duration_since(t) >= Duration::from_secs(5));
+        if due {
+            self.retry_warned = Some(now);
+        }
+        due
     }
 
     /// Batches in flight over all partitions.
@@ -312,7 +328,11 @@ impl Fetcher<'_> {
         let fetched = match fetched {
             Ok(Ok(f)) => f,
             Ok(Err(e)) => {
-                tracing::warn!(error = %e, "source fetch failed; fetching again");
+                if path.warn_retry() {
+                    tracing::warn!(error = %e, "source fetch failed; fetching again");
+                } else {
+                    tracing::debug!(error = %e, "source fetch failed; fetching again");
+                }
                 source.mark_stale();
                 std::thread::sleep(RETRY_BACKOFF);
                 return Ok((Vec::new(), None));

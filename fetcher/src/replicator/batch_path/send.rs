@@ -151,6 +151,8 @@ impl Fetcher<'_> {
                         confirmed += 1;
                     }
                     Err(e) if e.is_retriable() => {
+                        // This answer is spent; the resend gives the batch a new one.
+                        lane.sent.front_mut().expect("front").answer = None;
                         self.resend(p, &e)?;
                     }
                     Err(e) => return Err(self.write_failed(p, e)),
@@ -209,7 +211,11 @@ impl Fetcher<'_> {
     /// batches after it (each either failed too or is in the broker's memory), pauses, and sends
     /// every unconfirmed batch again, unchanged and in order.
     fn resend(&mut self, p: i32, cause: &WireError) -> Result<(), Stop> {
-        tracing::warn!(partition = p, error = %cause, "write failed; sending the unconfirmed batches again");
+        if self.batch_path().warn_retry() {
+            tracing::warn!(partition = p, error = %cause, "write failed; sending the unconfirmed batches again");
+        } else {
+            tracing::debug!(partition = p, error = %cause, "write failed; sending the unconfirmed batches again");
+        }
         let topic = self.config.destination_topic.clone();
         {
             let path = self.batch_path();
