@@ -527,11 +527,16 @@ impl Fetcher<'_> {
                 unit.source_position = next;
                 unit.position_dirty = true;
             }
-            let high = match self.consumer.fetch_watermarks(
-                &self.config.source_topic,
-                *p,
-                Duration::from_secs(5),
-            ) {
+            let asked = match &self.batch {
+                Some(path) => path
+                    .source_watermarks(&self.config.source_topic, *p, Duration::from_secs(5))
+                    .ok_or_else(|| "no answer from the source leader".to_string()),
+                None => self
+                    .consumer
+                    .fetch_watermarks(&self.config.source_topic, *p, Duration::from_secs(5))
+                    .map_err(|e| e.to_string()),
+            };
+            let high = match asked {
                 Ok((low, high)) => {
                     log_starts.insert(*p, low);
                     Some(high)

@@ -283,14 +283,39 @@ impl<'a> Fetcher<'a> {
         timeout: Duration,
     ) -> Result<(i64, i64), Stop> {
         let topic = &self.config.source_topic;
-        self.consumer
-            .fetch_watermarks(topic, partition, timeout)
-            .map_err(|source| Stop::FetchWatermarks {
-                side: Side::Source,
-                topic: topic.clone(),
-                partition,
-                source,
-            })
+        if let Some(path) = &self.batch {
+            return path
+                .source_watermarks(topic, partition, timeout)
+                .ok_or_else(|| Stop::FetchWatermarks {
+                    side: Side::Source,
+                    topic: topic.clone(),
+                    partition,
+                    source: rdkafka::error::KafkaError::MetadataFetch(
+                        rdkafka::types::RDKafkaErrorCode::OperationTimedOut,
+                    ),
+                });
+        }
+        // Asked again within the timeout: right after a leader change (which the batch engine
+        // notices before librdkafka's metadata does) the old leader answers NotLeader.
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.consumer.fetch_watermarks(topic, partition, left) {
+                Ok(w) => return Ok(w),
+                Err(e) if left > Duration::from_secs(1) => {
+                    tracing::debug!(partition, error = %e, "source watermarks; asking again");
+                    std::thread::sleep(Duration::from_millis(500));
+                }
+                Err(source) => {
+                    return Err(Stop::FetchWatermarks {
+                        side: Side::Source,
+                        topic: topic.clone(),
+                        partition,
+                        source,
+                    });
+                }
+            }
+        }
     }
 
     /// Gathers the facts of one partition, decides its start and carries the decision out.

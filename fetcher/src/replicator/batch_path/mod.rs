@@ -35,6 +35,12 @@ use kmirror_state::records::now_ms;
 /// partition to answer resent ones).
 const MAX_IN_FLIGHT: usize = 5;
 
+/// A fetch's answer, or its timeout.
+type FetchAnswer = Result<Result<Vec<FetchedPartition>, WireError>, tokio::time::error::Elapsed>;
+
+/// Bound on a source request (a fetch waits at most 100 ms for records).
+const SOURCE_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Pause after a failed fetch or produce before the next attempt.
 const RETRY_BACKOFF: Duration = Duration::from_millis(200);
 
@@ -74,6 +80,8 @@ pub(super) struct BatchPath {
     shape: Destination,
     lanes: BTreeMap<i32, Lane>,
     watchdog: Watchdog,
+    /// The fetch on its way, if one is.
+    pending_fetch: Option<tokio::task::JoinHandle<FetchAnswer>>,
     /// When a retry was last logged at WARN (retries repeat every few hundred milliseconds
     /// while a broker restarts; one line in five seconds says it).
     retry_warned: Option<Instant>,
@@ -96,7 +104,10 @@ impl BatchPath {
         limits: &DestinationLimits,
         units: &BTreeMap<i32, Unit>,
     ) -> Result<BatchPath, Stop> {
-        let source_config = wire_config(source, Side::Source)?;
+        let mut source_config = wire_config(source, Side::Source)?;
+        // A fetch is answered within its wait; a leader that says nothing for longer is hung (or
+        // gone), and the sooner its connection is given up, the sooner the new leader is found.
+        source_config.request_timeout = source_config.request_timeout.min(SOURCE_REQUEST_TIMEOUT);
         let destination_config = wire_config(destination, Side::Destination)?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -197,6 +208,7 @@ impl BatchPath {
                 .collect(),
             watchdog: Watchdog::new(config.stall_timeout),
             retry_warned: None,
+            pending_fetch: None,
         })
     }
 
@@ -210,6 +222,48 @@ impl BatchPath {
             self.retry_warned = Some(now);
         }
         due
+    }
+
+    /// The source partition's log start and high watermark, asked of its leader with the wire
+    /// client (whose metadata follows leader changes as its fetches meet them; an unassigned
+    /// librdkafka consumer's does not). `None`: no answer within `timeout`.
+    pub(super) fn source_watermarks(
+        &self,
+        topic: &str,
+        partition: i32,
+        timeout: Duration,
+    ) -> Option<(i64, i64)> {
+        use kmirror_wire::OffsetSpec;
+        let source = self.source.clone();
+        let asked = self.runtime.block_on(async {
+            tokio::time::timeout(timeout, async {
+                for attempt in 0..10 {
+                    let listed = source
+                        .list_offsets(
+                            topic,
+                            &[
+                                (partition, OffsetSpec::Earliest),
+                                (partition, OffsetSpec::Latest),
+                            ],
+                            kmirror_wire::Isolation::ReadUncommitted,
+                        )
+                        .await;
+                    match listed.as_deref() {
+                        Ok([low, high]) if low.error.is_ok() && high.error.is_ok() => {
+                            return Some((low.offset, high.offset));
+                        }
+                        other => {
+                            tracing::debug!(partition, attempt, answer = ?other.map(|l| l.len()), "source watermarks; asking again");
+                            source.mark_stale();
+                            tokio::time::sleep(Duration::from_millis(500)).await;
+                        }
+                    }
+                }
+                None
+            })
+            .await
+        });
+        asked.ok().flatten()
     }
 
     /// Batches in flight over all partitions.
@@ -236,6 +290,9 @@ impl BatchPath {
     /// Drops every batch in flight (they may or may not land; the next start reads the
     /// destination log end).
     pub(super) fn purge(&mut self, units: &mut BTreeMap<i32, Unit>) {
+        if let Some(fetch) = self.pending_fetch.take() {
+            fetch.abort();
+        }
         for (p, lane) in self.lanes.iter_mut() {
             lane.sent.clear();
             if let Some(unit) = units.get_mut(p) {
@@ -310,24 +367,38 @@ impl Fetcher<'_> {
                 last_fetched_epoch: l.last_fetched_epoch,
             })
             .collect();
-        if wanted.is_empty() {
-            return Ok((Vec::new(), None));
+        // A fetch runs on the wire runtime and the loop waits for it only a little longer than
+        // the broker may: a hung leader must not hold up the heartbeat, the lag refresh and the
+        // positions (a stale position would say caught up).
+        if path.pending_fetch.is_none() {
+            if wanted.is_empty() {
+                return Ok((Vec::new(), None));
+            }
+            let options = FetchOptions {
+                max_wait: wait,
+                ..path.fetch
+            };
+            let source = path.source.clone();
+            path.pending_fetch = Some(path.runtime.spawn(async move {
+                tokio::time::timeout(
+                    wait + SOURCE_REQUEST_TIMEOUT + Duration::from_secs(1),
+                    source.fetch(&topic, &wanted, &options),
+                )
+                .await
+            }));
         }
-        let options = FetchOptions {
-            max_wait: wait,
-            ..path.fetch
-        };
-        let source = path.source.clone();
-        let fetched = path.runtime.block_on(async {
-            tokio::time::timeout(
-                wait + Duration::from_secs(30),
-                source.fetch(&topic, &wanted, &options),
-            )
-            .await
+        let handle = path.pending_fetch.as_mut().expect("set above");
+        let done = path.runtime.block_on(async {
+            tokio::time::timeout(wait + Duration::from_millis(100), handle).await
         });
-        let fetched = match fetched {
-            Ok(Ok(f)) => f,
-            Ok(Err(e)) => {
+        let Ok(joined) = done else {
+            return Ok((Vec::new(), None)); // still out: the loop goes on, and looks again
+        };
+        path.pending_fetch = None;
+        let source = path.source.clone();
+        let fetched = match joined {
+            Ok(Ok(Ok(f))) => f,
+            Ok(Ok(Err(e))) => {
                 if path.warn_retry() {
                     tracing::warn!(error = %e, "source fetch failed; fetching again");
                 } else {
@@ -337,9 +408,13 @@ impl Fetcher<'_> {
                 std::thread::sleep(RETRY_BACKOFF);
                 return Ok((Vec::new(), None));
             }
-            Err(_) => {
+            Ok(Err(_)) => {
                 tracing::warn!("source fetch timed out; fetching again");
                 source.mark_stale();
+                return Ok((Vec::new(), None));
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "source fetch task failed; fetching again");
                 return Ok((Vec::new(), None));
             }
         };
