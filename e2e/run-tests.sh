@@ -50,9 +50,10 @@ e2e/bed/go-tools.sh all
 step "tests"
 cargo test --workspace --no-fail-fast -- --test-threads="${KMIRROR_TEST_THREADS:-4}"
 
-# The batch engine (record batches as bytes) against the fetcher suites it passes: every fetcher
-# these tests start inherits KMIRROR_ENGINE.
+# Every fetcher suite again with the batch engine (record batches as bytes): each fetcher these
+# tests start inherits KMIRROR_ENGINE.
 step "fetcher suites with the batch engine"
 KMIRROR_ENGINE=batch cargo test -p kmirror-e2e --no-fail-fast \
   --test fetcher_mirroring --test fetcher_refusals --test fetcher_crashes \
+  --test fetcher_faults --test fetcher_broker_restarts \
   -- --test-threads="${KMIRROR_TEST_THREADS:-4}"
