@@ -408,7 +408,19 @@ mod tests {
     };
 
     /// A plan as (first offset, pass or why, record count) per piece, next offset, skipped.
-    fn summary(plan: &Plan) -> (Vec<(i64, &'static str, usize)>, i64, u64) {
+    type Summary<'a> = (Vec<(i64, &'a str, usize)>, i64, u64);
+
+    /// One row: name, fetch offset, fetched records, aborted transactions, destination, plan.
+    type Row<'a> = (
+        &'a str,
+        i64,
+        Bytes,
+        &'a [AbortedTransaction],
+        Destination,
+        Summary<'a>,
+    );
+
+    fn summary(plan: &Plan) -> Summary<'static> {
         let pieces = plan
             .pieces
             .iter()
@@ -429,7 +441,7 @@ mod tests {
             first_offset: 3,
         }];
         #[rustfmt::skip]
-        let table: Vec<(&str, i64, Bytes, &[AbortedTransaction], Destination, (Vec<(i64, &str, usize)>, i64, u64))> = vec![
+        let table: Vec<Row<'_>> = vec![
             ("dense batches pass", 0, set(&[batch(0, 3, 1, none), batch(3, 2, 1, none)]), &[], CREATE_TIME,
              (vec![(0, "pass", 3), (3, "pass", 2)], 5, 0)),
             ("a batch wholly below the fetch offset is dropped", 3, set(&[batch(0, 3, 1, none), batch(3, 2, 1, none)]), &[], CREATE_TIME,
