@@ -57,6 +57,45 @@ fn batch_counters(addr: &str, mirror: &str, topic: &str) -> (f64, f64) {
     )
 }
 
+/// Runs a batch-engine fetcher on partition 0 until the destination caught up, stops it cleanly
+/// and checks that all `records` are there at their source offsets. Returns its counters.
+fn copy_all(
+    bed: &Testbed,
+    source: &ClientConfig,
+    mirror: &str,
+    topic: &str,
+    records: u64,
+) -> (f64, f64) {
+    let addr = free_http_addr();
+    let mut fetcher = batch_fetcher(bed, mirror, topic, "0", &addr);
+    wait_until(
+        "the destination to catch up",
+        Duration::from_secs(300),
+        || caught_up(bed, source, topic, 1),
+    );
+    let counters = batch_counters(&addr, mirror, topic);
+    fetcher.signal("TERM");
+    assert_eq!(
+        fetcher.wait(Duration::from_secs(30)),
+        Some(0),
+        "{}",
+        fetcher.log_text()
+    );
+    let report = verify(
+        bed,
+        source,
+        mirror,
+        topic,
+        topic,
+        0,
+        Isolation::ReadCommitted,
+    );
+    assert!(report.is_clean(), "{report:?}");
+    assert!(report.offsets_identical, "{report:?}");
+    assert_eq!(report.matched, records, "{report:?}");
+    counters
+}
+
 /// Where a v2 batch's (compressed) records start, after its 61-byte header.
 const RECORDS_AT: usize = 61;
 
@@ -117,33 +156,7 @@ async fn a_dense_lz4_source_arrives_with_its_codec_and_batches() {
     )
     .expect("produce");
     let mirror = format!("e2e/{topic}");
-    let addr = free_http_addr();
-    let mut fetcher = batch_fetcher(bed, &mirror, &topic, "0", &addr);
-    wait_until(
-        "the destination to catch up",
-        Duration::from_secs(300),
-        || caught_up(bed, &source, &topic, 1),
-    );
-    let (passed, reencoded) = batch_counters(&addr, &mirror, &topic);
-    fetcher.signal("TERM");
-    assert_eq!(
-        fetcher.wait(Duration::from_secs(30)),
-        Some(0),
-        "{}",
-        fetcher.log_text()
-    );
-    let report = verify(
-        bed,
-        &source,
-        &mirror,
-        &topic,
-        &topic,
-        0,
-        Isolation::ReadCommitted,
-    );
-    assert!(report.is_clean(), "{report:?}");
-    assert!(report.offsets_identical, "{report:?}");
-    assert_eq!(report.matched, 60_000, "{report:?}");
+    let (passed, reencoded) = copy_all(bed, &source, &mirror, &topic, 60_000);
 
     let source_batches = batch_shapes(&source, &topic).await;
     let destination_batches = batch_shapes(&bed.dest_config(DestUser::Admin), &topic).await;
@@ -241,33 +254,7 @@ async fn a_restart_inside_a_batch_copies_the_rest_of_it_through_the_record_path(
         "stopped inside the batch: {copied}"
     );
 
-    let addr = free_http_addr();
-    let mut fetcher = batch_fetcher(bed, &mirror, &topic, "0", &addr);
-    wait_until(
-        "the destination to catch up",
-        Duration::from_secs(120),
-        || caught_up(bed, &source, &topic, 1),
-    );
-    let counters = batch_counters(&addr, &mirror, &topic);
-    fetcher.signal("TERM");
-    assert_eq!(
-        fetcher.wait(Duration::from_secs(30)),
-        Some(0),
-        "{}",
-        fetcher.log_text()
-    );
-    let report = verify(
-        bed,
-        &source,
-        &mirror,
-        &topic,
-        &topic,
-        0,
-        Isolation::ReadCommitted,
-    );
-    assert!(report.is_clean(), "{report:?}");
-    assert!(report.offsets_identical, "{report:?}");
-    assert_eq!(report.matched, 100, "{report:?}");
+    let counters = copy_all(bed, &source, &mirror, &topic, 100);
     assert_eq!(
         counters,
         (0.0, 1.0),
