@@ -98,6 +98,13 @@ async fn killing_the_operator_at_random_moments_keeps_one_fetcher_per_partition_
         all_partitions(t, PartitionState::Mirroring, 4)
     })
     .await;
+    // The check must have seen the fetchers it checks: on a loaded machine the kill windows can
+    // all fall where no fetcher runs, so it looks again while the final operator mirrors.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while max_seen == 0 && Instant::now() < deadline {
+        check_single_fetcher(&s, &mut max_seen).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     let dest = bed.dest_config(DestUser::Admin);
     let deadline = Instant::now() + Duration::from_secs(60);
     while !(0..4).all(|p| {
