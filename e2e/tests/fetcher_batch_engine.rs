@@ -96,6 +96,22 @@ fn copy_all(
     counters
 }
 
+/// `topic` with one partition on both sides. The destination keeps what the producer sends
+/// (`compression.type=producer`, the default).
+async fn topic_pair(bed: &Testbed, source: &ClientConfig, topic: &str) {
+    create_topic(source, topic, 1, &[])
+        .await
+        .expect("source topic");
+    create_topic(
+        &bed.dest_config(DestUser::Admin),
+        topic,
+        1,
+        &[("max.message.bytes", "4000000")],
+    )
+    .await
+    .expect("destination topic");
+}
+
 /// Where a v2 batch's (compressed) records start, after its 61-byte header.
 const RECORDS_AT: usize = 61;
 
@@ -135,18 +151,7 @@ async fn a_dense_lz4_source_arrives_with_its_codec_and_batches() {
     ensure_state_topic(bed);
     let source = bed.source_config();
     let topic = unique_name("batch-lz4");
-    create_topic(&source, &topic, 1, &[])
-        .await
-        .expect("source topic");
-    // The destination keeps what the producer sends (compression.type=producer, the default).
-    create_topic(
-        &bed.dest_config(DestUser::Admin),
-        &topic,
-        1,
-        &[("max.message.bytes", "4000000")],
-    )
-    .await
-    .expect("destination topic");
+    topic_pair(bed, &source, &topic).await;
     let records = mixed_records(60_000, 1, 6, 0xBA7C4);
     produce_all(
         &source,
@@ -187,17 +192,7 @@ async fn a_restart_inside_a_batch_copies_the_rest_of_it_through_the_record_path(
     ensure_state_topic(bed);
     let source = bed.source_config();
     let topic = unique_name("batch-partial");
-    create_topic(&source, &topic, 1, &[])
-        .await
-        .expect("source topic");
-    create_topic(
-        &bed.dest_config(DestUser::Admin),
-        &topic,
-        1,
-        &[("max.message.bytes", "4000000")],
-    )
-    .await
-    .expect("destination topic");
+    topic_pair(bed, &source, &topic).await;
     // One batch of 100 records on the source, of which a record-engine run copied the first
     // ~30 before it was killed: the batch engine must copy the rest of the batch exactly.
     // 100 records of 2 KB: the throttled run below copies its 64 KiB burst (~30 records) at
