@@ -254,3 +254,48 @@ async fn sigterm_before_the_first_write_lease_is_a_clean_stop() {
         );
     }
 }
+
+/// A SIGTERM that arrives while the fetcher still starts up (here: waiting for the destination
+/// log end to settle, which a slow or loaded destination makes long) is a clean stop at once:
+/// exit 0 well before start-up would have ended, nothing written, and a later start copies
+/// everything exactly.
+#[tokio::test]
+async fn sigterm_during_start_up_is_a_clean_stop_at_once() {
+    let bed = Testbed::get();
+    let (source, topic, mirror) = setup(bed, "start-term").await;
+    let records = mixed_records(60, 3, 0, 9);
+    produce_all(&source, &topic, &records, &[]).unwrap();
+    let mut a = args(bed, &mirror, &topic);
+    // Start-up waits this long for the destination log end to stay put.
+    a.extend(
+        ["--startup-settle-seconds", "30"]
+            .iter()
+            .map(|s| s.to_string()),
+    );
+    let mut fetcher = FetcherProcess::spawn(&a);
+    std::thread::sleep(Duration::from_secs(4));
+    let t0 = Instant::now();
+    fetcher.signal("TERM");
+    let code = fetcher.wait(Duration::from_secs(40));
+    let took = t0.elapsed();
+    let log = fetcher.log_text();
+    eprintln!("SIGTERM during start-up: exit {code:?} after {took:?}");
+    assert_eq!(code, Some(0), "a clean stop: {log}");
+    assert!(
+        took < Duration::from_secs(10),
+        "start-up went on for {took:?} after SIGTERM (it would settle for 30 s): {log}"
+    );
+    let dest = bed.dest_config(DestUser::Admin);
+    for p in 0..3 {
+        assert_eq!(
+            watermarks(&dest, &topic, p).unwrap().1,
+            0,
+            "nothing written"
+        );
+    }
+    let mut fetcher = FetcherProcess::spawn(&args(bed, &mirror, &topic));
+    wait_caught_up(bed, &source, &topic);
+    fetcher.signal("TERM");
+    assert_eq!(fetcher.wait(Duration::from_secs(30)), Some(0));
+    assert_exact_copy(bed, &source, &mirror, &topic, records.len() as u64);
+}

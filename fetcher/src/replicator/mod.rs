@@ -278,6 +278,13 @@ pub fn run(config: &FetcherConfig, handles: &Handles) -> Outcome {
     };
     let mut fetcher = match Fetcher::start(config, handles, lease.as_ref()) {
         Ok(f) => f,
+        Err(Stop::StartInterrupted) => {
+            if let Some(l) = lease {
+                l.end(true);
+            }
+            tracing::info!("{}", Stop::StartInterrupted);
+            return Outcome::Stopped;
+        }
         Err(stop) => {
             let stop = match &lease {
                 Some(l) if l.lapsed() => l.check().err().unwrap_or(stop),

@@ -160,7 +160,7 @@ impl Fetcher<'_> {
             if settling.is_empty() {
                 break;
             }
-            std::thread::sleep(self.config.startup_settle);
+            self.pause_in_start(self.config.startup_settle)?;
             for (&p, s) in settling.iter_mut() {
                 let hw = ends.high_watermark(p)?;
                 let log_ends = &mut self.log_ends;

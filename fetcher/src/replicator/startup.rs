@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use kmirror_crds::v1alpha1::PartitionState;
@@ -159,6 +160,7 @@ impl<'a> Fetcher<'a> {
             batch: None,
         };
         fetcher.source_topic_id = fetcher.describe_source()?;
+        fetcher.go_on()?;
         let records = store::load(
             &fetcher.destination_config,
             &config.state_topic,
@@ -173,6 +175,7 @@ impl<'a> Fetcher<'a> {
         let ends = DestinationEnds::new(&fetcher.destination_config, &config.destination_topic)?;
         let settled = fetcher.settle_destination(&ends, &config.partitions)?;
         for &partition in &config.partitions {
+            fetcher.go_on()?;
             let recorded = records
                 .get(&(
                     config.mirror.clone(),
@@ -215,6 +218,27 @@ impl<'a> Fetcher<'a> {
     }
 
     /// Assigns the source consumer (the record engine) at every partition's cursor.
+    /// Fails with `StartInterrupted` once SIGTERM arrived.
+    pub(super) fn go_on(&self) -> Result<(), Stop> {
+        if self.handles.shutdown.load(Ordering::Relaxed) {
+            return Err(Stop::StartInterrupted);
+        }
+        Ok(())
+    }
+
+    /// Sleeps `pause` in short steps, ending early (with `StartInterrupted`) on SIGTERM.
+    pub(super) fn pause_in_start(&self, pause: Duration) -> Result<(), Stop> {
+        let until = Instant::now() + pause;
+        loop {
+            self.go_on()?;
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(());
+            }
+            std::thread::sleep(left.min(Duration::from_millis(100)));
+        }
+    }
+
     fn assign_consumer(&mut self) -> Result<(), Stop> {
         let config = self.config;
         let assign = |source| Stop::AssignSource {

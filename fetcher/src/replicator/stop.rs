@@ -237,6 +237,9 @@ pub enum Stop {
         /// How long was waited.
         timeout: Duration,
     },
+    /// SIGTERM arrived before start-up ended: a clean stop, nothing copied by this run.
+    #[error("SIGTERM during start-up; stopped before copying")]
+    StartInterrupted,
     /// Records stayed in flight with no delivery report for the stall timeout.
     #[error(
         "{in_flight} records in flight to {topic}, none confirmed by the destination for \
@@ -608,6 +611,7 @@ impl Stop {
             Stop::Unconfirmed { .. } => StopReason::Error,
             Stop::DeliveredWithoutOffset { .. } => StopReason::Error,
             Stop::Stalled { .. } => StopReason::Error,
+            Stop::StartInterrupted => StopReason::Error,
             Stop::SourceStalled { .. } => StopReason::Error,
             Stop::DeleteRecords { .. } => StopReason::Error,
             Stop::DeletePlaceholders { .. } => StopReason::Error,
@@ -769,6 +773,7 @@ mod tests {
              R::Error, &["12 records still unconfirmed", "17s"]),
             (Stop::DeliveredWithoutOffset { topic: t(), partition: 0, expected: 14679 },
              R::Error, &["orders[0] confirmed the record expected at offset 14679 without its offset"]),
+            (Stop::StartInterrupted, R::Error, &["SIGTERM during start-up"]),
             (Stop::Stalled { topic: t(), in_flight: 7, seconds: 120 },
              R::Error, &["7 records in flight to orders", "none confirmed by the destination for 120s"]),
             (Stop::SourceStalled { topic: t(), partition: 2, next: 1130, high: Some(1800), seconds: 120 },
