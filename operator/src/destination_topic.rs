@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use kmirror_crds::v1alpha1::FetcherEngine;
 use rdkafka::error::RDKafkaErrorCode;
 
 use crate::error::Cause;
@@ -36,6 +37,7 @@ pub async fn wanted(
         overrides: &sync.overrides,
         destination: now.map_or(&empty, |n| &n.dynamic),
         known: &known,
+        keeps_batch_codec: scope.mirror.spec.fetcher.engine == FetcherEngine::Batch,
     }))
 }
 

@@ -52,12 +52,17 @@ pub struct Inputs<'a> {
     pub destination: &'a BTreeMap<String, String>,
     /// Topic config names the destination broker knows (empty: not known).
     pub known: &'a BTreeSet<String>,
+    /// The fetchers copy record batches as bytes (`spec.fetcher.engine: Batch`): the
+    /// destination keeps each batch's codec (`compression.type=producer`) instead of
+    /// recompressing it to the source topic's setting.
+    pub keeps_batch_codec: bool,
 }
 
 /// The destination topic's configs: the source's non-excluded ones, then kmirror's own —
 /// `message.timestamp.type=CreateTime`, `max.message.bytes` at least the source's effective
 /// value and never below the destination's current one, every timestamp bound the broker knows
-/// unbounded — then the spec's overrides (which cannot change the timestamp type).
+/// unbounded, `compression.type=producer` for the batch engine — then the spec's overrides
+/// (which cannot change the timestamp type).
 pub fn destination_configs(i: &Inputs<'_>) -> BTreeMap<String, String> {
     let mut out: BTreeMap<String, String> = wanted(i.source, i.exclude)
         .into_iter()
@@ -89,6 +94,9 @@ pub fn destination_configs(i: &Inputs<'_>) -> BTreeMap<String, String> {
     }
     for k in bounds {
         out.insert(k.into(), UNBOUNDED.into());
+    }
+    if i.keeps_batch_codec {
+        out.insert("compression.type".into(), "producer".into());
     }
     for (k, v) in i.overrides {
         out.insert(k.clone(), v.clone());
@@ -278,6 +286,7 @@ mod tests {
                 overrides: &overrides,
                 destination: &destination,
                 known: &known,
+                keeps_batch_codec: false,
             });
             assert_eq!(got, expect, "{name}");
         }
@@ -309,6 +318,7 @@ mod tests {
                 overrides: &BTreeMap::new(),
                 destination: &destination,
                 known: &known,
+                keeps_batch_codec: false,
             });
             assert_eq!(diff(&want, &destination, &exclude), vec![], "{exclude:?}");
         }
@@ -335,5 +345,38 @@ mod tests {
             ]
         );
         assert!(diff(&wanted, &wanted, &ex).is_empty());
+    }
+
+    #[test]
+    fn the_batch_engine_keeps_each_batch_codec_unless_overridden() {
+        let source = map(&[("compression.type", "zstd"), ("retention.ms", "1000")]);
+        let known = set(KAFKA4);
+        let none = BTreeMap::new();
+        let built = |keeps_batch_codec: bool, overrides: &Configs| {
+            destination_configs(&Inputs {
+                source: &source,
+                source_max_message_bytes: Some(1_048_588),
+                exclude: &[],
+                overrides,
+                destination: &none,
+                known: &known,
+                keeps_batch_codec,
+            })
+        };
+        let codec = |c: &Configs| c.get("compression.type").cloned();
+        assert_eq!(
+            codec(&built(false, &none)),
+            Some("zstd".into()),
+            "record engine: copied"
+        );
+        let batches = built(true, &none);
+        assert_eq!(codec(&batches), Some("producer".into()), "batch engine");
+        assert_eq!(batches.get("retention.ms"), Some(&"1000".to_string()));
+        let overrides = map(&[("compression.type", "lz4")]);
+        assert_eq!(
+            codec(&built(true, &overrides)),
+            Some("lz4".into()),
+            "an override wins"
+        );
     }
 }
