@@ -21,6 +21,7 @@ pub mod lease_io;
 pub mod leases;
 pub mod logging;
 pub mod offset_map;
+pub mod pool;
 pub mod quiet;
 pub mod records;
 pub mod stop_line;
