@@ -55,5 +55,5 @@ cargo test --workspace --no-fail-fast -- --test-threads="${KMIRROR_TEST_THREADS:
 step "fetcher suites with the batch engine"
 KMIRROR_ENGINE=batch cargo test -p kmirror-e2e --no-fail-fast \
   --test fetcher_mirroring --test fetcher_refusals --test fetcher_crashes \
-  --test fetcher_faults --test fetcher_broker_restarts \
+  --test fetcher_faults --test fetcher_broker_restarts --test fetcher_topics \
   -- --test-threads="${KMIRROR_TEST_THREADS:-4}"

@@ -11,6 +11,7 @@ pub mod http;
 pub mod memory;
 pub mod metrics;
 pub mod replicator;
+pub mod supervisor;
 pub mod termination;
 pub mod throttle;
 pub mod verify;
@@ -20,3 +21,4 @@ pub use config::{
 };
 pub use kmirror_state::ClusterSettings;
 pub use replicator::{Handles, Outcome, run};
+pub use supervisor::run_topics;

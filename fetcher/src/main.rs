@@ -1,4 +1,5 @@
-//! `kmirror-fetcher`: mirrors partitions of one source topic to a destination topic.
+//! `kmirror-fetcher`: mirrors partitions of a source topic (or of several, `--topic`) to the
+//! destination.
 //!
 //! Exit codes: 0 clean stop (SIGTERM), 1 retryable error, 2 bad arguments, 10 foreign write on
 //! the destination, 11 source topic recreated, 12 source cluster changed, 13 source topic
@@ -28,8 +29,8 @@ struct Args {
     #[arg(long, env = "KMIRROR_MIRROR")]
     mirror: String,
     /// Source topic.
-    #[arg(long, env = "KMIRROR_SOURCE_TOPIC")]
-    source_topic: String,
+    #[arg(long, env = "KMIRROR_SOURCE_TOPIC", required_unless_present = "topics")]
+    source_topic: Option<String>,
     /// Destination topic (default: the source topic's name).
     #[arg(long, env = "KMIRROR_DESTINATION_TOPIC")]
     destination_topic: Option<String>,
@@ -38,9 +39,18 @@ struct Args {
         long,
         env = "KMIRROR_PARTITIONS",
         value_delimiter = ',',
-        required = true
+        required_unless_present = "topics"
     )]
     partitions: Vec<i32>,
+    /// Several topics in one process, each `SOURCE[:DESTINATION]=P,P,...` (repeated; instead of
+    /// `--source-topic`/`--destination-topic`/`--partitions`). Each topic copies in its own
+    /// thread with its own clients; a stop of one leaves the others copying.
+    #[arg(
+        long = "topic",
+        value_parser = parse_topic,
+        conflicts_with_all = ["source_topic", "destination_topic", "partitions"]
+    )]
+    topics: Vec<TopicArg>,
     #[command(flatten)]
     clusters: ClusterFlags,
     /// Extra librdkafka properties for the source consumer only.
@@ -130,6 +140,64 @@ struct Args {
     log_format: String,
 }
 
+/// One topic of `--topic`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct TopicArg {
+    source: String,
+    destination: Option<String>,
+    partitions: Vec<i32>,
+}
+
+/// Parses `SOURCE[:DESTINATION]=P,P,...` (Kafka topic names hold neither `:` nor `=`).
+fn parse_topic(s: &str) -> Result<TopicArg, String> {
+    let usage = || format!("{s:?}: expected SOURCE[:DESTINATION]=P,P,...");
+    let (names, partitions) = s.split_once('=').ok_or_else(usage)?;
+    let (source, destination) = match names.split_once(':') {
+        Some((src, dst)) => (src, Some(dst.to_string())),
+        None => (names, None),
+    };
+    let partitions = partitions
+        .split(',')
+        .map(|p| p.trim().parse::<i32>().map_err(|_| usage()))
+        .collect::<Result<Vec<i32>, String>>()?;
+    if source.is_empty() || destination.as_deref() == Some("") || partitions.is_empty() {
+        return Err(usage());
+    }
+    Ok(TopicArg {
+        source: source.to_string(),
+        destination,
+        partitions,
+    })
+}
+
+/// The configuration of every topic the process copies.
+fn configs(args: &Args) -> anyhow::Result<Vec<FetcherConfig>> {
+    let base = config(args)?;
+    if args.topics.is_empty() {
+        return Ok(vec![base]);
+    }
+    if args.topics.len() > 1 && base.lease.is_some() {
+        bail!(
+            "several --topic with write leases (--lease-holder-uid) are not supported yet: run \
+             one topic per process under the operator"
+        );
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    args.topics
+        .iter()
+        .map(|t| {
+            if !seen.insert(&t.source) {
+                bail!("--topic {} given twice", t.source);
+            }
+            let mut c = base.clone();
+            c.source_topic = t.source.clone();
+            c.destination_topic = t.destination.clone().unwrap_or_else(|| t.source.clone());
+            c.partitions = t.partitions.clone();
+            Ok(c)
+        })
+        .collect()
+}
+
 fn config(args: &Args) -> anyhow::Result<FetcherConfig> {
     let mut source = args.clusters.source().map_err(anyhow::Error::msg)?;
     source.properties.extend(
@@ -139,12 +207,13 @@ fn config(args: &Args) -> anyhow::Result<FetcherConfig> {
     destination.properties.extend(
         ClusterSettings::parse_pairs(&args.producer_properties).map_err(anyhow::Error::msg)?,
     );
+    let source_topic = args.source_topic.clone().unwrap_or_default();
     let mut c = FetcherConfig::new(
         &args.mirror,
-        &args.source_topic,
+        &source_topic,
         args.destination_topic
             .clone()
-            .unwrap_or_else(|| args.source_topic.clone()),
+            .unwrap_or_else(|| source_topic.clone()),
         args.partitions.clone(),
         source,
         destination,
@@ -206,7 +275,7 @@ fn main() {
     kmirror_fetcher::memory::limit_malloc_arenas();
     let args = Args::parse();
     kmirror_state::logging::init(args.log_format == "json");
-    let config = match config(&args) {
+    let configs = match configs(&args) {
         Ok(c) => c,
         Err(e) => {
             tracing::error!("invalid arguments: {e:#}");
@@ -254,7 +323,10 @@ fn main() {
         tracing::info!("stopping: flushing and persisting the position");
         shutdown.store(true, Ordering::Relaxed);
     });
-    let outcome = kmirror_fetcher::run(&config, &handles);
+    let outcome = match configs.as_slice() {
+        [one] => kmirror_fetcher::run(one, &handles),
+        _ => kmirror_fetcher::run_topics(configs, &handles),
+    };
     if let Some(summary) = outcome.summary() {
         kmirror_fetcher::termination::write(&summary);
     }
@@ -284,6 +356,69 @@ mod tests {
         ];
         argv.extend_from_slice(extra);
         config(&Args::try_parse_from(argv)?)
+    }
+
+    fn parse_topics(extra: &[&str]) -> anyhow::Result<Vec<FetcherConfig>> {
+        let mut argv = vec![
+            "kmirror-fetcher",
+            "--mirror",
+            "ns/m",
+            "--source-bootstrap",
+            "src:9092",
+            "--destination-bootstrap",
+            "dst:9092",
+        ];
+        argv.extend_from_slice(extra);
+        configs(&Args::try_parse_from(argv)?)
+    }
+
+    #[test]
+    fn several_topics_in_one_process() {
+        let got = parse_topics(&["--topic", "orders=0,1", "--topic", "pay:dr.pay=2"]).unwrap();
+        let topics: Vec<(&str, &str, &[i32])> = got
+            .iter()
+            .map(|c| {
+                (
+                    c.source_topic.as_str(),
+                    c.destination_topic.as_str(),
+                    c.partitions.as_slice(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            topics,
+            vec![
+                ("orders", "orders", &[0, 1][..]),
+                ("pay", "dr.pay", &[2][..])
+            ]
+        );
+        let one = parse_topics(&["--source-topic", "a", "--partitions", "3"]).unwrap();
+        assert_eq!(one.len(), 1);
+        assert_eq!(
+            (one[0].source_topic.as_str(), one[0].partitions.clone()),
+            ("a", vec![3])
+        );
+        for bad in [
+            &["--topic", "orders"][..],
+            &["--topic", "orders="],
+            &["--topic", "orders=x"],
+            &["--topic", ":d=1"],
+            &["--topic", "a=1", "--topic", "a=2"],
+            &["--topic", "a=1", "--source-topic", "b", "--partitions", "1"],
+            &[],
+            &[
+                "--topic",
+                "a=1",
+                "--topic",
+                "b=1",
+                "--writer",
+                "p",
+                "--lease-holder-uid",
+                "u",
+            ],
+        ] {
+            assert!(parse_topics(bad).is_err(), "{bad:?} accepted");
+        }
     }
 
     #[test]

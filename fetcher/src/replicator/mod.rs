@@ -142,11 +142,13 @@ impl Health {
         last == 0 || now_ms() - last <= max_age.as_millis() as i64
     }
 
-    fn beat(&self) {
+    /// The loop made progress now.
+    pub fn beat(&self) {
         self.heartbeat_ms.store(now_ms(), Ordering::Relaxed);
     }
 
-    fn set_ready(&self, ready: bool) {
+    /// Sets readiness.
+    pub fn set_ready(&self, ready: bool) {
         self.ready.store(ready, Ordering::Relaxed);
     }
 }
