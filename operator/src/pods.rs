@@ -150,10 +150,14 @@ impl FetcherPod<'_> {
             "--http-port".into(),
             HTTP_PORT.to_string(),
         ];
-        if spec.fetcher.engine == FetcherEngine::Batch {
-            args.push("--engine".into());
-            args.push("batch".into());
-        }
+        args.push("--engine".into());
+        args.push(
+            match spec.fetcher.engine {
+                FetcherEngine::Batch => "batch",
+                FetcherEngine::Record => "record",
+            }
+            .into(),
+        );
         if let Some(t) = spec.fetcher.throttle_bytes_per_second {
             args.push("--throttle-bytes-per-second".into());
             args.push(t.to_string());
@@ -490,7 +494,7 @@ mod tests {
         assert!(args.contains("--mirror ns/dr"));
         assert!(args.contains("--partitions 0,1"));
         assert!(args.contains("--throttle-bytes-per-second 1048576"));
-        assert!(!args.contains("--engine"), "the record engine by default");
+        assert!(args.contains("--engine batch"), "the batch engine by default");
         assert!(
             args.contains("--memory-budget 100663296"),
             "96Mi by default"
@@ -511,9 +515,9 @@ mod tests {
     }
 
     #[test]
-    fn the_batch_engine_is_passed_on() {
+    fn the_record_engine_is_passed_on() {
         let (mt, mut cm) = objects();
-        cm.spec.fetcher.engine = FetcherEngine::Batch;
+        cm.spec.fetcher.engine = FetcherEngine::Record;
         let fp = FetcherPod {
             topic: &mt,
             mirror: &cm,
@@ -528,7 +532,7 @@ mod tests {
             .clone()
             .unwrap()
             .join(" ");
-        assert!(args.contains("--engine batch"), "{args}");
+        assert!(args.contains("--engine record"), "{args}");
     }
 
     #[test]

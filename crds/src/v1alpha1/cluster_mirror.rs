@@ -307,14 +307,14 @@ pub enum IsolationLevel {
 /// How a fetcher copies records.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub enum FetcherEngine {
-    /// Record by record through librdkafka: decompressed, copied, recompressed with lz4
-    /// (default).
-    #[default]
+    /// Record by record through librdkafka: decompressed, copied, recompressed with lz4.
     Record,
-    /// Record batches as bytes: only the batch header is rewritten, the source's codec, batch
-    /// boundaries and timestamps stay; batches that cannot pass as they are (old formats,
-    /// compacted or partly read batches, LogAppendTime onto a CreateTime topic) are re-encoded
-    /// from their records. Same offsets, offset map, fencing and stop reasons as `Record`.
+    /// Record batches as bytes (default): only the batch header is rewritten, the source's
+    /// codec, batch boundaries and timestamps stay; batches that cannot pass as they are (old
+    /// formats, compacted or partly read batches, LogAppendTime onto a CreateTime topic) are
+    /// re-encoded from their records. Same offsets, offset map, fencing and stop reasons as
+    /// `Record`.
+    #[default]
     Batch,
 }
 
@@ -363,7 +363,7 @@ pub struct FetcherSpec {
     /// Source reads: `ReadCommitted` (default) or `ReadUncommitted`.
     #[serde(default)]
     pub isolation_level: IsolationLevel,
-    /// Copy engine: `Record` (default) or `Batch`.
+    /// Copy engine: `Batch` (default) or `Record`.
     #[serde(default)]
     pub engine: FetcherEngine,
     /// Most placeholder records written to align an empty destination with a source whose log
