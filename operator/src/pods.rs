@@ -494,7 +494,10 @@ mod tests {
         assert!(args.contains("--mirror ns/dr"));
         assert!(args.contains("--partitions 0,1"));
         assert!(args.contains("--throttle-bytes-per-second 1048576"));
-        assert!(args.contains("--engine batch"), "the batch engine by default");
+        assert!(
+            args.contains("--engine batch"),
+            "the batch engine by default"
+        );
         assert!(
             args.contains("--memory-budget 100663296"),
             "96Mi by default"
