@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use kmirror_crds::v1alpha1::PartitionState;
+use kmirror_crds::v1alpha1::{MirrorTopic, PartitionState};
 use kmirror_e2e::Testbed;
 use kmirror_e2e::fetcher::verify;
 use kmirror_e2e::kafka::app_acl as acl;
@@ -229,6 +229,15 @@ async fn source_acls_become_read_only_destination_acls_and_deletions_follow() {
     s.cleanup().await;
 }
 
+/// Whether every partition's last error contains `text`.
+fn every_error_says(t: &MirrorTopic, text: &str) -> bool {
+    t.status.as_ref().is_some_and(|st| {
+        st.partitions
+            .iter()
+            .all(|p| p.last_error.as_deref().is_some_and(|e| e.contains(text)))
+    })
+}
+
 /// A source topic that disappears is not a failover: a mistaken deletion, a wrong bootstrap
 /// address or a metadata glitch must not make the destination writable on its own. Seen missing
 /// on two looks at the same source cluster, the partition goes FAILED with the reason and the
@@ -251,20 +260,28 @@ async fn deleting_the_source_topic_fails_the_mirror_topic_read_only_until_a_fail
     })
     .await;
     delete_topic(&bed.source_config(), &topic).await.unwrap();
+    // The fetcher may see the deletion first (FAILED, retried: the topic could be back at the
+    // next look); FAILED for good comes with the operator's second look.
     let t = s
-        .wait_topic("t", "FAILED, not writable", Duration::from_secs(90), |t| {
-            let stopped = t.status.as_ref().is_some_and(|st| {
-                st.partitions
-                    .iter()
-                    .any(|p| matches!(p.state, PartitionState::Stopping | PartitionState::Stopped))
-            });
-            assert!(
-                !stopped,
-                "a missing source topic failed the topic over: {:?}",
-                t.status
-            );
-            all_partitions(t, PartitionState::Failed, 1)
-        })
+        .wait_topic(
+            "t",
+            "FAILED for good, not writable",
+            Duration::from_secs(90),
+            |t| {
+                let stopped = t.status.as_ref().is_some_and(|st| {
+                    st.partitions.iter().any(|p| {
+                        matches!(p.state, PartitionState::Stopping | PartitionState::Stopped)
+                    })
+                });
+                assert!(
+                    !stopped,
+                    "a missing source topic failed the topic over: {:?}",
+                    t.status
+                );
+                all_partitions(t, PartitionState::Failed, 1)
+                    && every_error_says(t, "no longer exists")
+            },
+        )
         .await;
     let status = t.status.unwrap();
     let p = &status.partitions[0];

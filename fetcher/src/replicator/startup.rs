@@ -217,7 +217,6 @@ impl<'a> Fetcher<'a> {
         Ok(fetcher)
     }
 
-    /// Assigns the source consumer (the record engine) at every partition's cursor.
     /// Fails with `StartInterrupted` once SIGTERM arrived.
     pub(super) fn go_on(&self) -> Result<(), Stop> {
         if self.handles.shutdown.load(Ordering::Relaxed) {
@@ -239,6 +238,7 @@ impl<'a> Fetcher<'a> {
         }
     }
 
+    /// Assigns the source consumer (the record engine) at every partition's cursor.
     fn assign_consumer(&mut self) -> Result<(), Stop> {
         let config = self.config;
         let assign = |source| Stop::AssignSource {
