@@ -119,6 +119,14 @@ pub struct FetcherConfig {
     pub lease: Option<LeaseSettings>,
 }
 
+impl FetcherConfig {
+    /// The UID of the pod this fetcher runs in (known when it holds write leases), recorded
+    /// with its positions.
+    pub fn writer_uid(&self) -> Option<String> {
+        self.lease.as_ref().map(|l| l.holder_uid.clone())
+    }
+}
+
 /// How a fetcher holds its write lease (the holder name is [`FetcherConfig::writer`]).
 #[derive(Debug, Clone)]
 pub struct LeaseSettings {

@@ -176,12 +176,6 @@ fn configs(args: &Args) -> anyhow::Result<Vec<FetcherConfig>> {
     if args.topics.is_empty() {
         return Ok(vec![base]);
     }
-    if args.topics.len() > 1 && base.lease.is_some() {
-        bail!(
-            "several --topic with write leases (--lease-holder-uid) are not supported yet: run \
-             one topic per process under the operator"
-        );
-    }
     let mut seen = std::collections::BTreeSet::new();
     args.topics
         .iter()

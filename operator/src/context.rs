@@ -111,6 +111,8 @@ pub struct Context {
     pub source_sightings: crate::source_gone::Sightings,
     /// Failed reconciles in a row, per object, for their retry delay.
     pub error_backoff: crate::error_backoff::ErrorBackoff,
+    /// What the topics of pooled mirrors ask of their fetcher pools.
+    pub pool: crate::pool::demand::Demands,
     /// The `MirrorTopic` controller's cache, once the controllers run.
     topic_store: OnceLock<Store<MirrorTopic>>,
     /// The `ClusterMirror`s as the `MirrorTopic` controller's watch saw them.
@@ -147,6 +149,7 @@ impl Context {
             sync_clock: Default::default(),
             source_sightings: Default::default(),
             error_backoff: Default::default(),
+            pool: Default::default(),
             topic_store: OnceLock::new(),
             mirror_store: OnceLock::new(),
         }
@@ -175,6 +178,22 @@ impl Context {
         Api::<ClusterMirror>::namespaced(self.client.clone(), namespace)
             .get_opt(name)
             .await
+    }
+
+    /// The `ClusterMirror`s of `namespace` (all: `None`) the cache holds (none before the
+    /// controllers run).
+    pub fn mirrors_in(&self, namespace: Option<&str>) -> Vec<ClusterMirror> {
+        self.mirror_store
+            .get()
+            .map(|store| {
+                store
+                    .state()
+                    .iter()
+                    .filter(|cm| namespace.is_none() || cm.namespace().as_deref() == namespace)
+                    .map(|cm| cm.as_ref().clone())
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     /// The `MirrorTopic`s of `namespace` that `keep` selects. From the controller's cache once

@@ -4,7 +4,8 @@
 //! status writes would otherwise trigger a reconcile each), when one of its pods changes, when its
 //! `ClusterMirror` changes other than in its status (that status follows every topic's, and
 //! would otherwise trigger every topic of the mirror on every write), and when its reconcile
-//! asks to look again. A `ClusterMirror` follows every change of its topics, statuses included.
+//! asks to look again, and when a pool pod that runs it changes. A `ClusterMirror` follows every
+//! change of its topics, statuses included. The fetcher pools run beside them ([`crate::pool`]).
 
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
@@ -175,11 +176,31 @@ pub async fn run(
     .applied_objects()
     .predicate_filter(beyond_status, Default::default());
     ctx.share_mirror_store(mirror_store);
+    let pool_topics = topic_store.clone();
     let topics = Controller::for_stream(topic_changes, topic_store.clone())
         .with_config(controller::Config::default().concurrency(RECONCILE_CONCURRENCY))
         .owns(
             api::<Pod>(&client, ns),
             watcher::Config::default().labels("app.kubernetes.io/name=kmirror-fetcher"),
+        )
+        // A pool pod that comes, goes or ends concerns every topic it runs.
+        .watches(
+            api::<Pod>(&client, ns),
+            watcher::Config::default().labels(crate::pool::LABEL_POOL),
+            move |pod: Pod| {
+                let units = crate::pool::pod::units_of(&pod);
+                let mirror = pod.labels().get(crate::pods::LABEL_MIRROR).cloned();
+                pool_topics
+                    .state()
+                    .into_iter()
+                    .filter(|t| {
+                        t.namespace() == pod.namespace()
+                            && Some(&t.spec.mirror) == mirror.as_ref()
+                            && units.contains_key(&t.spec.source_topic)
+                    })
+                    .map(|t| ObjectRef::from(t.as_ref()))
+                    .collect::<Vec<_>>()
+            },
         )
         .watches_stream(mirror_changes, move |cm| {
             topic_store
@@ -189,7 +210,7 @@ pub async fn run(
                 .map(|t| ObjectRef::from(t.as_ref()))
                 .collect::<Vec<_>>()
         })
-        .graceful_shutdown_on(stopped(stop_rx))
+        .graceful_shutdown_on(stopped(stop_rx.clone()))
         .run(
             mirror_topic::reconcile,
             error_policy::<MirrorTopic>("mirrortopic"),
@@ -197,5 +218,7 @@ pub async fn run(
         )
         .for_each(|_| async {});
 
-    futures::join!(mirrors, topics);
+    let pools = crate::pool::run(ctx.clone(), namespace.clone(), stop_rx);
+
+    futures::join!(mirrors, topics, pools);
 }

@@ -28,6 +28,7 @@ pub mod metrics;
 pub mod mirror_topic;
 pub mod pods;
 pub mod policy;
+pub mod pool;
 pub mod rate_limit;
 pub mod reconcile;
 pub mod scope;

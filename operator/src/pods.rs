@@ -31,6 +31,16 @@ pub const ANNOTATION_SPEC_HASH: &str = "kmirror.io/spec-hash";
 /// Port of the fetcher's HTTP endpoints.
 pub const HTTP_PORT: i32 = 9464;
 
+/// Partitions per pod of a mirror's per-topic pods: `spec.fetcher.partitionsPerPod`; with a
+/// pool, a reconcile sees one view per partition, so 1.
+pub fn partitions_per_pod(mirror: &ClusterMirror) -> i32 {
+    if mirror.spec.fetcher.pool.is_some() {
+        1
+    } else {
+        mirror.spec.fetcher.partitions_per_pod.max(1)
+    }
+}
+
 /// The group (pod index) a partition belongs to.
 pub fn group_of(partition: i32, partitions_per_pod: i32) -> i32 {
     partition / partitions_per_pod.max(1)
@@ -122,209 +132,261 @@ impl FetcherPod<'_> {
         Vec<k8s_openapi::api::core::v1::Volume>,
         Vec<k8s_openapi::api::core::v1::VolumeMount>,
     ) {
-        let spec = &self.mirror.spec;
         let mt = &self.topic.spec;
-        let ns = self.mirror.metadata.namespace.clone().unwrap_or_default();
         let partitions: Vec<String> = self.partitions.iter().map(ToString::to_string).collect();
-        let mut args = vec![
-            "--mirror".into(),
-            format!("{ns}/{}", mt.mirror),
+        let topic_args = vec![
             "--source-topic".into(),
             mt.source_topic.clone(),
             "--destination-topic".into(),
             self.topic.destination_topic().to_string(),
             "--partitions".into(),
             partitions.join(","),
-            "--state-topic".into(),
-            spec.state_topic.clone(),
-            "--isolation-level".into(),
-            match spec.fetcher.isolation_level {
-                IsolationLevel::ReadCommitted => "read_committed",
-                IsolationLevel::ReadUncommitted => "read_uncommitted",
-            }
-            .into(),
-            "--prefix-alignment-limit".into(),
-            spec.fetcher.prefix_alignment_limit.to_string(),
-            "--memory-budget".into(),
-            memory_budget(spec.fetcher.memory_budget.as_deref(), &self.resources()).to_string(),
-            "--http-port".into(),
-            HTTP_PORT.to_string(),
         ];
-        args.push("--engine".into());
-        args.push(
-            match spec.fetcher.engine {
-                FetcherEngine::Batch => "batch",
-                FetcherEngine::Record => "record",
-            }
-            .into(),
-        );
-        if let Some(t) = spec.fetcher.throttle_bytes_per_second {
-            args.push("--throttle-bytes-per-second".into());
-            args.push(t.to_string());
-        }
-        // A pinned cluster ID is checked by the fetcher too: a hard stop where it reads and
-        // writes, not only an operator condition.
-        for (flag, pinned) in [
-            ("--source-cluster-id", &spec.source.cluster_id),
-            ("--destination-cluster-id", &spec.destination.cluster_id),
-        ] {
-            if let Some(id) = pinned {
-                args.push(flag.into());
-                args.push(id.clone());
-            }
-        }
-        let source = pod_connection(&spec.source, "source", &spec.fetcher.consumer_properties);
-        let destination = pod_connection(
-            &spec.destination,
-            "destination",
-            &spec.fetcher.producer_properties,
-        );
-        args.extend(source.args);
-        args.extend(destination.args);
-        let mut volumes = source.volumes;
-        volumes.extend(destination.volumes);
-        let mut mounts = source.mounts;
-        mounts.extend(destination.mounts);
-        (args, volumes, mounts)
+        fetcher_args(self.mirror, topic_args)
     }
 
     /// Hash of what the pod runs; a different hash means the pod must be replaced.
     pub fn spec_hash(&self) -> String {
         let (args, _, _) = self.args();
-        let image = self.image();
-        let resources =
-            serde_json::to_string(&self.mirror.spec.fetcher.resources).unwrap_or_default();
-        let text = format!(
-            "{}\n{image}\n{resources}\n{}",
-            args.join("\n"),
-            self.secrets_version
-        );
-        format!("{:016x}", fnv1a(text.as_bytes()))
-    }
-
-    /// The container's resources: the spec's, or small defaults that bound the damage of one
-    /// fetcher (requests 100m CPU and 128Mi; a 512Mi memory limit, above a fetcher's peak).
-    fn resources(&self) -> ResourceRequirements {
-        self.mirror
-            .spec
-            .fetcher
-            .resources
-            .clone()
-            .unwrap_or_else(default_resources)
-    }
-
-    fn image(&self) -> String {
-        self.mirror
-            .spec
-            .fetcher
-            .image
-            .clone()
-            .unwrap_or_else(|| self.default_image.to_string())
+        run_hash(self.mirror, &args, self.default_image, self.secrets_version)
     }
 
     /// The pod, owned by the `MirrorTopic`.
     pub fn build(&self) -> Pod {
-        let (args, volumes, mounts) = self.args();
-        let name = pod_name(
-            &self.topic.metadata.name.clone().unwrap_or_default(),
-            self.index,
-        );
-        let mut labels: BTreeMap<String, String> = self.mirror.spec.fetcher.pod_labels.clone();
-        labels.insert("app.kubernetes.io/name".into(), "kmirror-fetcher".into());
-        labels.insert(
-            "app.kubernetes.io/managed-by".into(),
-            "kmirror-operator".into(),
-        );
-        labels.insert(LABEL_MIRROR.into(), self.topic.spec.mirror.clone());
-        labels.insert(
-            LABEL_MIRROR_TOPIC.into(),
-            self.topic.metadata.name.clone().unwrap_or_default(),
-        );
-        labels.insert(LABEL_INDEX.into(), self.index.to_string());
+        let topic_name = self.topic.metadata.name.clone().unwrap_or_default();
         let partitions: Vec<String> = self.partitions.iter().map(ToString::to_string).collect();
-        let annotations = BTreeMap::from([
-            (ANNOTATION_PARTITIONS.to_string(), partitions.join(",")),
-            (ANNOTATION_SPEC_HASH.to_string(), self.spec_hash()),
-        ]);
-        let owner = self
-            .topic
-            .controller_owner_ref(&())
-            .expect("a stored MirrorTopic has a name and uid");
-        Pod {
-            metadata: ObjectMeta {
-                name: Some(name),
-                namespace: self.topic.metadata.namespace.clone(),
-                labels: Some(labels),
-                annotations: Some(annotations),
-                owner_references: Some(vec![owner]),
+        let parts = PodParts {
+            name: pod_name(&topic_name, self.index),
+            labels: BTreeMap::from([
+                (LABEL_MIRROR_TOPIC.to_string(), topic_name),
+                (LABEL_INDEX.to_string(), self.index.to_string()),
+            ]),
+            annotations: BTreeMap::from([
+                (ANNOTATION_PARTITIONS.to_string(), partitions.join(",")),
+                (ANNOTATION_SPEC_HASH.to_string(), self.spec_hash()),
+            ]),
+            owner: self
+                .topic
+                .controller_owner_ref(&())
+                .expect("a stored MirrorTopic has a name and uid"),
+            args: self.args(),
+        };
+        fetcher_pod(self.mirror, self.default_image, parts)
+    }
+}
+
+/// A fetcher's command-line arguments: the mirror, what it copies (`topic_args`), then the
+/// mirror's settings and both connections (with the volumes and mounts of their Secrets).
+pub fn fetcher_args(
+    mirror: &ClusterMirror,
+    topic_args: Vec<String>,
+) -> (
+    Vec<String>,
+    Vec<k8s_openapi::api::core::v1::Volume>,
+    Vec<k8s_openapi::api::core::v1::VolumeMount>,
+) {
+    let spec = &mirror.spec;
+    let ns = mirror.metadata.namespace.clone().unwrap_or_default();
+    let name = mirror.metadata.name.clone().unwrap_or_default();
+    let mut args = vec!["--mirror".into(), format!("{ns}/{name}")];
+    args.extend(topic_args);
+    args.extend([
+        "--state-topic".into(),
+        spec.state_topic.clone(),
+        "--isolation-level".into(),
+        match spec.fetcher.isolation_level {
+            IsolationLevel::ReadCommitted => "read_committed",
+            IsolationLevel::ReadUncommitted => "read_uncommitted",
+        }
+        .into(),
+        "--prefix-alignment-limit".into(),
+        spec.fetcher.prefix_alignment_limit.to_string(),
+        "--memory-budget".into(),
+        memory_budget(spec.fetcher.memory_budget.as_deref(), &resources_of(mirror)).to_string(),
+        "--http-port".into(),
+        HTTP_PORT.to_string(),
+    ]);
+    args.push("--engine".into());
+    args.push(
+        match spec.fetcher.engine {
+            FetcherEngine::Batch => "batch",
+            FetcherEngine::Record => "record",
+        }
+        .into(),
+    );
+    if let Some(t) = spec.fetcher.throttle_bytes_per_second {
+        args.push("--throttle-bytes-per-second".into());
+        args.push(t.to_string());
+    }
+    // A pinned cluster ID is checked by the fetcher too: a hard stop where it reads and
+    // writes, not only an operator condition.
+    for (flag, pinned) in [
+        ("--source-cluster-id", &spec.source.cluster_id),
+        ("--destination-cluster-id", &spec.destination.cluster_id),
+    ] {
+        if let Some(id) = pinned {
+            args.push(flag.into());
+            args.push(id.clone());
+        }
+    }
+    let source = pod_connection(&spec.source, "source", &spec.fetcher.consumer_properties);
+    let destination = pod_connection(
+        &spec.destination,
+        "destination",
+        &spec.fetcher.producer_properties,
+    );
+    args.extend(source.args);
+    args.extend(destination.args);
+    let mut volumes = source.volumes;
+    volumes.extend(destination.volumes);
+    let mut mounts = source.mounts;
+    mounts.extend(destination.mounts);
+    (args, volumes, mounts)
+}
+
+/// Hash of what a fetcher pod of `mirror` runs with `args`: its image, resources and the
+/// referenced Secrets' versions too; a different hash means the pod must be replaced.
+pub fn run_hash(
+    mirror: &ClusterMirror,
+    args: &[String],
+    default_image: &str,
+    secrets_version: &str,
+) -> String {
+    let image = image_of(mirror, default_image);
+    let resources = serde_json::to_string(&mirror.spec.fetcher.resources).unwrap_or_default();
+    let text = format!(
+        "{}\n{image}\n{resources}\n{secrets_version}",
+        args.join("\n")
+    );
+    format!("{:016x}", fnv1a(text.as_bytes()))
+}
+
+/// The container's resources: the spec's, or small defaults that bound the damage of one
+/// fetcher (requests 100m CPU and 128Mi; a 512Mi memory limit, above a fetcher's peak).
+fn resources_of(mirror: &ClusterMirror) -> ResourceRequirements {
+    mirror
+        .spec
+        .fetcher
+        .resources
+        .clone()
+        .unwrap_or_else(default_resources)
+}
+
+fn image_of(mirror: &ClusterMirror, default_image: &str) -> String {
+    mirror
+        .spec
+        .fetcher
+        .image
+        .clone()
+        .unwrap_or_else(|| default_image.to_string())
+}
+
+/// What makes a fetcher pod besides its mirror's settings.
+pub struct PodParts {
+    /// Pod name.
+    pub name: String,
+    /// Labels beyond the mirror's `podLabels` and the common ones.
+    pub labels: BTreeMap<String, String>,
+    /// Annotations.
+    pub annotations: BTreeMap<String, String>,
+    /// The controlling owner.
+    pub owner: k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference,
+    /// The fetcher's arguments, volumes and mounts ([`fetcher_args`]).
+    pub args: (
+        Vec<String>,
+        Vec<k8s_openapi::api::core::v1::Volume>,
+        Vec<k8s_openapi::api::core::v1::VolumeMount>,
+    ),
+}
+
+/// A fetcher pod of `mirror` in its namespace.
+pub fn fetcher_pod(mirror: &ClusterMirror, default_image: &str, parts: PodParts) -> Pod {
+    let (args, volumes, mounts) = parts.args;
+    let mut labels: BTreeMap<String, String> = mirror.spec.fetcher.pod_labels.clone();
+    labels.insert("app.kubernetes.io/name".into(), "kmirror-fetcher".into());
+    labels.insert(
+        "app.kubernetes.io/managed-by".into(),
+        "kmirror-operator".into(),
+    );
+    labels.insert(
+        LABEL_MIRROR.into(),
+        mirror.metadata.name.clone().unwrap_or_default(),
+    );
+    labels.extend(parts.labels);
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(parts.name),
+            namespace: mirror.metadata.namespace.clone(),
+            labels: Some(labels),
+            annotations: Some(parts.annotations),
+            owner_references: Some(vec![parts.owner]),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            restart_policy: Some("Never".into()),
+            termination_grace_period_seconds: Some(30),
+            service_account_name: mirror.spec.fetcher.service_account_name.clone(),
+            automount_service_account_token: Some(false),
+            enable_service_links: Some(false),
+            security_context: Some(PodSecurityContext {
+                run_as_non_root: Some(true),
+                run_as_user: Some(65532),
+                run_as_group: Some(65532),
+                fs_group: Some(65532),
+                seccomp_profile: Some(SeccompProfile {
+                    type_: "RuntimeDefault".into(),
+                    ..Default::default()
+                }),
                 ..Default::default()
-            },
-            spec: Some(PodSpec {
-                restart_policy: Some("Never".into()),
-                termination_grace_period_seconds: Some(30),
-                service_account_name: self.mirror.spec.fetcher.service_account_name.clone(),
-                automount_service_account_token: Some(false),
-                enable_service_links: Some(false),
-                security_context: Some(PodSecurityContext {
-                    run_as_non_root: Some(true),
-                    run_as_user: Some(65532),
-                    run_as_group: Some(65532),
-                    fs_group: Some(65532),
-                    seccomp_profile: Some(SeccompProfile {
-                        type_: "RuntimeDefault".into(),
+            }),
+            containers: vec![Container {
+                name: "fetcher".into(),
+                image: Some(image_of(mirror, default_image)),
+                image_pull_policy: mirror.spec.fetcher.image_pull_policy.clone(),
+                command: Some(vec!["kmirror-fetcher".into()]),
+                args: Some(args),
+                env: Some(vec![
+                    field_env("POD_NAME", "metadata.name"),
+                    // With its UID the fetcher writes only under a write lease.
+                    field_env("POD_UID", "metadata.uid"),
+                    field_env("POD_IP", "status.podIP"),
+                    EnvVar {
+                        name: "KMIRROR_LOG_FORMAT".into(),
+                        value: Some("json".into()),
+                        ..Default::default()
+                    },
+                    EnvVar {
+                        name: "KMIRROR_SHUTDOWN_TIMEOUT_SECONDS".into(),
+                        value: Some("25".into()),
+                        ..Default::default()
+                    },
+                ]),
+                ports: Some(vec![ContainerPort {
+                    name: Some("http".into()),
+                    container_port: HTTP_PORT,
+                    ..Default::default()
+                }]),
+                readiness_probe: Some(probe("/readyz", 5, 3)),
+                liveness_probe: Some(probe("/healthz", 10, 6)),
+                resources: Some(resources_of(mirror)),
+                volume_mounts: Some(mounts),
+                security_context: Some(SecurityContext {
+                    allow_privilege_escalation: Some(false),
+                    read_only_root_filesystem: Some(true),
+                    privileged: Some(false),
+                    capabilities: Some(Capabilities {
+                        drop: Some(vec!["ALL".into()]),
                         ..Default::default()
                     }),
                     ..Default::default()
                 }),
-                containers: vec![Container {
-                    name: "fetcher".into(),
-                    image: Some(self.image()),
-                    image_pull_policy: self.mirror.spec.fetcher.image_pull_policy.clone(),
-                    command: Some(vec!["kmirror-fetcher".into()]),
-                    args: Some(args),
-                    env: Some(vec![
-                        field_env("POD_NAME", "metadata.name"),
-                        // With its UID the fetcher writes only under a write lease.
-                        field_env("POD_UID", "metadata.uid"),
-                        field_env("POD_IP", "status.podIP"),
-                        EnvVar {
-                            name: "KMIRROR_LOG_FORMAT".into(),
-                            value: Some("json".into()),
-                            ..Default::default()
-                        },
-                        EnvVar {
-                            name: "KMIRROR_SHUTDOWN_TIMEOUT_SECONDS".into(),
-                            value: Some("25".into()),
-                            ..Default::default()
-                        },
-                    ]),
-                    ports: Some(vec![ContainerPort {
-                        name: Some("http".into()),
-                        container_port: HTTP_PORT,
-                        ..Default::default()
-                    }]),
-                    readiness_probe: Some(probe("/readyz", 5, 3)),
-                    liveness_probe: Some(probe("/healthz", 10, 6)),
-                    resources: Some(self.resources()),
-                    volume_mounts: Some(mounts),
-                    security_context: Some(SecurityContext {
-                        allow_privilege_escalation: Some(false),
-                        read_only_root_filesystem: Some(true),
-                        privileged: Some(false),
-                        capabilities: Some(Capabilities {
-                            drop: Some(vec!["ALL".into()]),
-                            ..Default::default()
-                        }),
-                        ..Default::default()
-                    }),
-                    termination_message_policy: Some("FallbackToLogsOnError".into()),
-                    ..Default::default()
-                }],
-                volumes: Some(volumes),
+                termination_message_policy: Some("FallbackToLogsOnError".into()),
                 ..Default::default()
-            }),
-            status: None,
-        }
+            }],
+            volumes: Some(volumes),
+            ..Default::default()
+        }),
+        status: None,
     }
 }
 

@@ -190,6 +190,7 @@ pub struct HolderLeases {
     /// Per unit: until when a grant holds.
     valid_until: BTreeMap<LeaseUnit, Instant>,
     last_request: Option<Instant>,
+    last_seq: Option<u64>,
 }
 
 /// How a unit's lease stands.
@@ -214,6 +215,7 @@ impl HolderLeases {
             outstanding: BTreeMap::new(),
             valid_until: BTreeMap::new(),
             last_request: None,
+            last_seq: None,
         }
     }
 
@@ -226,6 +228,13 @@ impl HolderLeases {
     pub fn requesting(&mut self, t0: Instant) -> u64 {
         let seq = self.next_seq;
         self.next_seq += 1;
+        self.requesting_as(t0, seq)
+    }
+
+    /// Notes a request numbered `seq` by the caller (several holders of one process share a
+    /// counter, so that none takes another's answer for its own) about to be sent at `t0`.
+    pub fn requesting_as(&mut self, t0: Instant, seq: u64) -> u64 {
+        self.last_seq = Some(seq);
         self.outstanding.insert(seq, t0);
         // Requests older than a lease can no longer yield a valid grant.
         let duration = self.duration;
@@ -286,7 +295,9 @@ impl HolderLeases {
         let all_writable = units
             .iter()
             .all(|u| matches!(self.standing(u, now), LeaseStanding::Writable(_)));
-        let unanswered = self.outstanding.contains_key(&(self.next_seq - 1));
+        let unanswered = self
+            .last_seq
+            .is_some_and(|seq| self.outstanding.contains_key(&seq));
         (!all_writable || unanswered) && since >= retry
     }
 }

@@ -321,6 +321,10 @@ pub struct PositionRecord {
     /// Pod (or host) that wrote this record.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub writer: Option<String>,
+    /// UID of the pod that wrote this record (fetchers run by the operator): tells a pool pod's
+    /// stop of one partition from a record of an earlier pod of the same name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub writer_uid: Option<String>,
     /// The source leader epoch of the record at `last_mirrored_offset` (absent: unknown). A
     /// start compares it with where the source says that epoch ends now: a source that no longer
     /// holds the record has diverged.

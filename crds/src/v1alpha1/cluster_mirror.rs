@@ -350,6 +350,11 @@ pub struct FetcherSpec {
     #[serde(default = "default_partitions_per_pod")]
     #[schemars(range(min = 1, max = 1000))]
     pub partitions_per_pod: i32,
+    /// Run the partitions of every topic of this mirror on a fixed pool of fetcher pods
+    /// (`<mirror>-pool-<i>`, owned by the `ClusterMirror`) instead of per-topic pods; absent:
+    /// per-topic pods (`partitionsPerPod`). See `docs/fetcher-pools.md`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<FetcherPool>,
     /// Memory each fetcher process sizes its Kafka client buffers for (prefetched records,
     /// fetch responses, the producer queue), e.g. `64Mi`; at least `32Mi`. Absent: `96Mi`.
     /// Never more than three quarters of the container's memory limit: a larger value is
@@ -390,6 +395,17 @@ pub struct FetcherSpec {
     pub pod_labels: BTreeMap<String, String>,
 }
 
+/// A pool of fetcher pods shared by every topic of a mirror.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FetcherPool {
+    /// Pods in the pool. Each partition runs on the pod rendezvous hashing picks for it: adding
+    /// a topic moves no other partition; changing `pods` moves only the partitions whose pod
+    /// changes (about `1/pods` of them when growing by one).
+    #[schemars(range(min = 1, max = 1000))]
+    pub pods: i32,
+}
+
 /// A fetcher process's memory budget when `spec.fetcher.memoryBudget` is absent (96Mi).
 pub const DEFAULT_FETCHER_MEMORY_BUDGET: u64 = 96 << 20;
 
@@ -401,6 +417,7 @@ impl Default for FetcherSpec {
             resources: None,
             memory_budget: None,
             partitions_per_pod: default_partitions_per_pod(),
+            pool: None,
             throttle_bytes_per_second: None,
             isolation_level: IsolationLevel::default(),
             engine: FetcherEngine::default(),

@@ -132,12 +132,13 @@ pub(super) fn start_failed(config: &FetcherConfig, stop: &Stop) -> Outcome {
 pub(super) fn failed_position(
     recorded: Option<PositionRecord>,
     stop: &Stop,
-    writer: Option<String>,
+    (writer, writer_uid): (Option<String>, Option<String>),
 ) -> Option<PositionRecord> {
     let mut position = recorded.filter(|p| !p.source_cluster_id.is_empty())?;
     position.status = FetcherStatus::Failed;
     position.error = Some(stop.to_record());
     position.writer = writer;
+    position.writer_uid = writer_uid;
     position.updated_at_ms = now_ms();
     Some(position)
 }
@@ -169,7 +170,9 @@ fn record_start_failure(config: &FetcherConfig, stop: &Stop) -> Result<(), Stop>
             partition,
         );
         let recorded = records.get(&key).and_then(|r| r.position.clone());
-        let Some(position) = failed_position(recorded, stop, config.writer.clone()) else {
+        let Some(position) =
+            failed_position(recorded, stop, (config.writer.clone(), config.writer_uid()))
+        else {
             continue;
         };
         let key = StateKey::new(
@@ -198,13 +201,17 @@ mod tests {
             partition: 0,
             records: 3,
         };
-        assert_eq!(failed_position(None, &stop, None), None, "nothing recorded");
+        assert_eq!(
+            failed_position(None, &stop, (None, None)),
+            None,
+            "nothing recorded"
+        );
         let poisoned = PositionRecord {
             last_mirrored_offset: -1,
             ..Default::default()
         };
         assert_eq!(
-            failed_position(Some(poisoned), &stop, None),
+            failed_position(Some(poisoned), &stop, (None, None)),
             None,
             "a position without a source cluster ID is not kept either"
         );
@@ -215,7 +222,12 @@ mod tests {
             destination_offset: 42,
             ..Default::default()
         };
-        let failed = failed_position(Some(recorded.clone()), &stop, Some("pod-0".into())).unwrap();
+        let failed = failed_position(
+            Some(recorded.clone()),
+            &stop,
+            (Some("pod-0".into()), Some("uid-0".into())),
+        )
+        .unwrap();
         assert_eq!(failed.status, FetcherStatus::Failed);
         assert_eq!(
             failed.error.as_ref().map(|e| e.reason),
@@ -227,5 +239,10 @@ mod tests {
             "the identity and offsets stay"
         );
         assert_eq!(failed.writer.as_deref(), Some("pod-0"));
+        assert_eq!(
+            failed.writer_uid.as_deref(),
+            Some("uid-0"),
+            "the pod instance too"
+        );
     }
 }

@@ -8,8 +8,8 @@
 //! monotonic clock: a grant that arrives late, after a freeze or a slow network, is still
 //! bounded by when it was asked for (`kmirror_state::leases::HolderLeases`).
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -25,6 +25,15 @@ use rdkafka::producer::{BaseProducer, Producer, PurgeConfig};
 use super::delivery::DeliveryContext;
 use super::stop::Stop;
 use crate::config::{FetcherConfig, LeaseSettings};
+
+/// The next request number of this process. Every holder of the process (one per topic of a
+/// pool pod) numbers its requests from this one counter: they share the holder name and read the
+/// same answers, and each must take only the answers to its own requests.
+fn next_seq() -> u64 {
+    static NEXT: OnceLock<AtomicU64> = OnceLock::new();
+    NEXT.get_or_init(|| AtomicU64::new(first_seq(now_ms(), std::process::id())))
+        .fetch_add(1, Ordering::SeqCst)
+}
 
 /// How often a request is repeated while a unit is not writable.
 const RETRY: Duration = Duration::from_secs(1);
@@ -248,7 +257,7 @@ fn hold(
         let due = shared.lock().request_due(&shared.units, now, RETRY);
         if due && !shared.lapsed.load(Ordering::SeqCst) {
             let t0 = Instant::now();
-            let seq = shared.lock().requesting(t0);
+            let seq = shared.lock().requesting_as(t0, next_seq());
             let request = LeaseRecord::Request(LeaseRequest {
                 v: LEASE_RECORD_VERSION,
                 mirror: mirror.to_string(),

@@ -41,6 +41,7 @@ impl Fetcher<'_> {
             lag_seconds: Some(unit.lag_seconds),
             records_mirrored: unit.records,
             writer: self.config.writer.clone(),
+            writer_uid: self.config.writer_uid(),
             last_mirrored_leader_epoch: (cursor.last_mirrored_epoch >= 0
                 && cursor.last_mirrored_src >= 0)
                 .then_some(cursor.last_mirrored_epoch),

@@ -13,6 +13,8 @@ use super::execute::delete_own_pod;
 use crate::context::{Context, Note};
 use crate::error::{Error, Result};
 use crate::pods::{LABEL_MIRROR_TOPIC, controlled_by, label_value};
+use crate::pool::LABEL_POOL;
+use crate::pool::pod::units_of;
 use crate::reconcile::Cleanup;
 
 /// The state records of a deleted topic to tombstone: all but those of STOPPED partitions.
@@ -69,7 +71,26 @@ pub async fn stop_fetchers(ctx: &Context, mt: &MirrorTopic) -> Result<usize> {
     {
         let _ = delete_own_pod(&pods_api, &pod.name_any(), &owner_uid, &mt.name_any()).await;
     }
-    Ok(own.len())
+    // Pool pods: the pool replaces those that run the topic with pods that do not (those of a
+    // topic refused for a taken source topic run the owner's partitions).
+    let topic = &mt.spec.source_topic;
+    ctx.pool.withdraw(&mt.mirror_key(), &mt.name_any(), topic);
+    if let Claim::TakenBy(_) = claim(mt, &super::peers(ctx, mt).await?) {
+        return Ok(own.len());
+    }
+    let pool_pods = pods_api
+        .list(
+            &ListParams::default()
+                .labels(&format!("{LABEL_POOL}={}", label_value(&mt.spec.mirror))),
+        )
+        .await
+        .map_err(Error::ListPods)?;
+    let pooled = pool_pods
+        .items
+        .iter()
+        .filter(|p| units_of(p).contains_key(topic))
+        .count();
+    Ok(own.len() + pooled)
 }
 
 /// Cleans up after a deleted `MirrorTopic`.
@@ -88,6 +109,7 @@ pub async fn cleanup(mt: &MirrorTopic, ctx: &Context) -> Result<Cleanup> {
         tracing::info!(%name, %owner, "the source topic's records belong to its owner; kept");
         return Ok(Cleanup::Done);
     }
+    ctx.pool.forget(&mt.mirror_key(), &name);
     // A deleted topic has no FAILED partitions to alert on.
     ctx.metrics
         .set_failed_partitions(&mt.mirror_key(), &mt.spec.source_topic, &[]);

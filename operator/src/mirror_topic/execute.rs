@@ -96,6 +96,10 @@ pub async fn execute(
     if !plan.create_pods.is_empty() {
         limit_pods(ctx, &pods, mt, &mut plan.create_pods).await?;
     }
+    if let Some(demand) = plan.pool_demand.take() {
+        ctx.pool
+            .report(&scope.key, &name, demand, &scope.secrets_version);
+    }
     let mut lease_holders = std::mem::take(&mut plan.lease_holders);
     for pod in &plan.create_pods {
         let pod_name = pod.name_any();

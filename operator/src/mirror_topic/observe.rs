@@ -18,6 +18,7 @@ use crate::leases::LeaseHold;
 use crate::leases::ledger::Holder;
 use crate::lifecycle::{FetcherObservation, SourceObservation, awaits_failback, needs_source_end};
 use crate::pods::{LABEL_MIRROR_TOPIC, label_value};
+use crate::pool::{self, LABEL_POOL};
 use crate::scope::MirrorScope;
 use crate::source_gone::Sighting;
 use crate::{failback, kafka};
@@ -67,8 +68,13 @@ pub struct Observation {
     pub source: SourceTopic,
     /// The destination topic.
     pub destination: DestinationTopic,
-    /// Fetcher pods by group index.
+    /// Fetcher pods by group index; with a pool, by partition (one view per partition of the
+    /// pool pod that lists it).
     pub pods: BTreeMap<i32, PodView>,
+    /// The mirror runs a fetcher pool.
+    pub pooled: bool,
+    /// With a pool: the topic's own per-topic pods left from before it (not being deleted yet).
+    pub leftover_pods: Vec<String>,
     /// Source log ends of partitions that may enter (or are in) STOPPING without a drain target
     /// (`None`: the read failed).
     pub source_ends: BTreeMap<i32, Option<i64>>,
@@ -189,11 +195,40 @@ pub async fn observe(ctx: &Context, scope: &MirrorScope, mt: &MirrorTopic) -> Re
         )
         .await
         .map_err(Error::ListPods)?;
-    let pods: BTreeMap<i32, PodView> = pod_list
+    let own: BTreeMap<i32, PodView> = pod_list
         .items
         .iter()
         .map(|pod| (PodView::index_of(pod), PodView::of(pod)))
         .collect();
+    let pooled = scope.mirror.spec.fetcher.pool.is_some();
+    let mut leftover_pods = Vec::new();
+    let pods = if pooled {
+        let pool_pods = pods_api
+            .list(&ListParams::default().labels(&format!(
+                "{LABEL_POOL}={}",
+                label_value(&scope.mirror.name_any())
+            )))
+            .await
+            .map_err(Error::ListPods)?;
+        let mut views = pool::pod::views(topic, &pool_pods.items, &records);
+        // Per-topic pods from before the pool go first: their partitions wait for them.
+        for pod in own.into_values() {
+            if !pod.terminating {
+                leftover_pods.push(pod.name.clone());
+            }
+            for p in &pod.partitions {
+                let view = PodView {
+                    partitions: vec![*p],
+                    terminating: true,
+                    ..pod.clone()
+                };
+                views.insert(*p, view);
+            }
+        }
+        views
+    } else {
+        own
+    };
     // From here on only the pods that exist (and are not going) may hold write leases.
     let grantor = ctx
         .leases
@@ -211,6 +246,8 @@ pub async fn observe(ctx: &Context, scope: &MirrorScope, mt: &MirrorTopic) -> Re
             name: p.name.clone(),
             uid: p.uid.clone(),
         })
+        .collect::<BTreeSet<Holder>>()
+        .into_iter()
         .collect();
     let mut known: BTreeSet<i32> = records.keys().copied().collect();
     if let SourceTopic::Described { partitions, .. } = &source {
@@ -223,6 +260,8 @@ pub async fn observe(ctx: &Context, scope: &MirrorScope, mt: &MirrorTopic) -> Re
         source,
         destination,
         pods,
+        pooled,
+        leftover_pods,
         source_ends: BTreeMap::new(),
         destination_ends: BTreeMap::new(),
         failback: Default::default(),
@@ -252,7 +291,7 @@ pub async fn observe(ctx: &Context, scope: &MirrorScope, mt: &MirrorTopic) -> Re
     }
 
     // The log ends a failover needs: where a graceful drain ends, where a stopped fetcher ended.
-    let per_pod = scope.mirror.spec.fetcher.partitions_per_pod.max(1);
+    let per_pod = crate::pods::partitions_per_pod(&scope.mirror);
     let source_obs = o.source_observation();
     for p in o.partitions() {
         let recorded = o.records.get(&p).and_then(|r| r.state.as_ref());

@@ -13,6 +13,7 @@ use kmirror_crds::duration::parse_duration;
 use kmirror_crds::v1alpha1::{
     ClusterMirror, DesiredState, MirrorTopic, MirrorTopicStatus, PartitionState,
 };
+use kmirror_state::leases::LeaseUnit;
 use kmirror_state::records::{PartitionRecords, PartitionStateRecord};
 use kube::ResourceExt;
 
@@ -26,7 +27,9 @@ use crate::failback::plan::{self as failback_plan, SourceIds};
 use crate::failover::{Finish, lmo_record, lmo_recorded};
 use crate::leases::ledger::Holder;
 use crate::lifecycle::{Decision, Observed, SourceObservation, decide, settled_state};
-use crate::pods::{FetcherPod, fnv1a, group_of, groups, pod_name};
+use crate::pods::{FetcherPod, fnv1a, group_of, groups, partitions_per_pod, pod_name};
+use crate::pool::demand::TopicDemand;
+use crate::pool::pod::pool_pod_name;
 
 /// What a plan is made for besides the observation: the topic, its mirror and how pods are
 /// built.
@@ -90,6 +93,8 @@ pub struct Plan {
     /// Fetcher pods to create (only where no pod object of that name exists and no other
     /// holder's write lease on its partitions is still running).
     pub create_pods: Vec<Pod>,
+    /// With a pool: what this topic asks of it (reported to the pool, which runs the pods).
+    pub pool_demand: Option<TopicDemand>,
     /// 7. Which existing pod may hold the write lease of each partition the plan runs a
     ///    fetcher for (pods created by this plan are added once they exist).
     pub lease_holders: BTreeMap<i32, Holder>,
@@ -261,7 +266,7 @@ pub fn plan(o: &Observation, spec: &Spec<'_>) -> Plan {
     let mt = spec.topic;
     let cm = spec.mirror;
     let name = mt.name_any();
-    let per_pod = cm.spec.fetcher.partitions_per_pod.max(1);
+    let per_pod = partitions_per_pod(cm);
     let source_state = o.source_observation();
     let mut records = o.records.clone();
     // Once failed over, the destination is the primary: partitions the source adds later are
@@ -432,82 +437,105 @@ pub fn plan(o: &Observation, spec: &Spec<'_>) -> Plan {
         .filter(|(_, d)| d.run_fetcher)
         .map(|(p, _)| *p)
         .collect();
-    let wanted_groups = groups(&wanted, per_pod);
-    let remove: BTreeSet<i32> = decisions
-        .iter()
-        .filter(|(_, d)| d.remove_exited_pod)
-        .map(|(p, _)| group_of(*p, per_pod))
-        .collect();
-    let mut delete_pods = Vec::new();
-    for (index, pod) in &o.pods {
-        if pod.terminating {
-            continue;
-        }
-        let stale = match wanted_groups.get(index) {
-            None => true,
-            Some(parts) => {
-                let hash = FetcherPod {
-                    topic: mt,
-                    mirror: cm,
-                    index: *index,
-                    partitions: parts,
-                    default_image: spec.fetcher_image,
-                    secrets_version: spec.secrets_version,
+    let (delete_pods, create_pods, lease_holders, pool_demand) = if o.pooled {
+        let (delete, holders, demand) = pool_share(o, spec, &decisions);
+        (delete, Vec::new(), holders, Some(demand))
+    } else {
+        let wanted_groups = groups(&wanted, per_pod);
+        let remove: BTreeSet<i32> = decisions
+            .iter()
+            .filter(|(_, d)| d.remove_exited_pod)
+            .map(|(p, _)| group_of(*p, per_pod))
+            .collect();
+        let mut delete_pods = Vec::new();
+        for (index, pod) in &o.pods {
+            if pod.terminating {
+                continue;
+            }
+            let stale = match wanted_groups.get(index) {
+                None => true,
+                Some(parts) => {
+                    let hash = FetcherPod {
+                        topic: mt,
+                        mirror: cm,
+                        index: *index,
+                        partitions: parts,
+                        default_image: spec.fetcher_image,
+                        secrets_version: spec.secrets_version,
+                    }
+                    .spec_hash();
+                    remove.contains(index) || pod.exited.is_some() || pod.hash != hash
                 }
-                .spec_hash();
-                remove.contains(index) || pod.exited.is_some() || pod.hash != hash
+            };
+            if stale {
+                delete_pods.push(pod.name.clone());
             }
-        };
-        if stale {
-            delete_pods.push(pod.name.clone());
         }
-    }
-    let create_pods: Vec<Pod> = wanted_groups
-        .iter()
-        .filter(|(index, _)| !o.pods.contains_key(index))
-        .filter(|(_, parts)| {
-            let held: Vec<i32> = parts
-                .iter()
-                .copied()
-                .filter(|p| o.leases.contains_key(p))
-                .collect();
-            for p in &held {
-                wait_for_lease(*p, "a new fetcher starts");
-            }
-            held.is_empty()
-        })
-        .map(|(index, parts)| fetcher_pod(*index, parts))
-        .collect();
-    let lease_holders: BTreeMap<i32, Holder> = wanted_groups
-        .iter()
-        .filter_map(|(index, parts)| {
-            let pod = o.pods.get(index)?;
-            let keeps = !pod.terminating && !delete_pods.contains(&pod.name);
-            keeps.then(|| {
-                parts.iter().map(|p| {
-                    let holder = Holder {
-                        name: pod.name.clone(),
-                        uid: pod.uid.clone(),
-                    };
-                    (*p, holder)
+        let create_pods: Vec<Pod> = wanted_groups
+            .iter()
+            .filter(|(index, _)| !o.pods.contains_key(index))
+            .filter(|(_, parts)| {
+                let held: Vec<i32> = parts
+                    .iter()
+                    .copied()
+                    .filter(|p| o.leases.contains_key(p))
+                    .collect();
+                for p in &held {
+                    wait_for_lease(*p, "a new fetcher starts");
+                }
+                held.is_empty()
+            })
+            .map(|(index, parts)| fetcher_pod(*index, parts))
+            .collect();
+        let lease_holders: BTreeMap<i32, Holder> = wanted_groups
+            .iter()
+            .filter_map(|(index, parts)| {
+                let pod = o.pods.get(index)?;
+                let keeps = !pod.terminating && !delete_pods.contains(&pod.name);
+                keeps.then(|| {
+                    parts.iter().map(|p| {
+                        let holder = Holder {
+                            name: pod.name.clone(),
+                            uid: pod.uid.clone(),
+                        };
+                        (*p, holder)
+                    })
                 })
             })
-        })
-        .flatten()
-        .collect();
+            .flatten()
+            .collect();
+        (delete_pods, create_pods, lease_holders, None)
+    };
 
     // Status and the next look.
     let settled = settled_state(mt.spec.state);
     // Pods that come or go are watched, but a replacement may have to wait for its
     // predecessor: moving pods are looked at as often as moving partitions.
-    let pods_settled =
-        delete_pods.is_empty() && create_pods.is_empty() && o.pods.values().all(|p| !p.terminating);
+    let pods_settled = delete_pods.is_empty()
+        && create_pods.is_empty()
+        && o.pods.values().all(|p| !p.terminating)
+        && pool_demand.as_ref().is_none_or(|d| {
+            d.restart.is_empty()
+                && d.wanted
+                    .iter()
+                    .all(|p| o.pods.get(p).is_some_and(|v| v.exited.is_none()))
+        });
     let mut report = Report::default();
     let mut requeue = Duration::from_secs(30);
     for &p in &partitions {
         let d = &decisions[&p];
         let r = records.get(&p).cloned().unwrap_or_default();
-        let pod = d.run_fetcher.then(|| pod_name(&name, group_of(p, per_pod)));
+        let pod = d
+            .run_fetcher
+            .then(|| match (&cm.spec.fetcher.pool, o.pods.get(&p)) {
+                (Some(_), Some(view)) => view.name.clone(),
+                (Some(pool), None) => {
+                    let unit = LeaseUnit::new(&mt.spec.source_topic, p);
+                    let index = kmirror_state::pool::pod_of(&unit, pool.pods.max(1) as u32);
+                    pool_pod_name(&cm.name_any(), index.unwrap_or(0))
+                }
+                (None, _) => pod_name(&name, group_of(p, per_pod)),
+            });
         report.set(p, &r, pod, o.now_ms);
         let state = report
             .partitions
@@ -559,6 +587,7 @@ pub fn plan(o: &Observation, spec: &Spec<'_>) -> Plan {
         finish,
         delete_pods,
         create_pods,
+        pool_demand,
         lease_holders,
         status: topic_status(mt, report.clone(), &now),
         report,
@@ -566,4 +595,40 @@ pub fn plan(o: &Observation, spec: &Spec<'_>) -> Plan {
         records,
         requeue,
     }
+}
+
+/// With a pool: the topic's per-topic pods from before it go; the pool runs the partitions that
+/// want a fetcher (the demand), and restarts the pod a partition's copy ended in when the
+/// lifecycle removes that stop; each partition's lease holder is the pool pod that runs it.
+fn pool_share(
+    o: &Observation,
+    spec: &Spec<'_>,
+    decisions: &BTreeMap<i32, Decision>,
+) -> (Vec<String>, BTreeMap<i32, Holder>, TopicDemand) {
+    let mut demand = TopicDemand {
+        source_topic: spec.topic.spec.source_topic.clone(),
+        destination_topic: spec.topic.destination_topic().to_string(),
+        ..Default::default()
+    };
+    let mut holders = BTreeMap::new();
+    for (p, d) in decisions {
+        let view = o.pods.get(p);
+        if d.remove_exited_pod
+            && let Some(v) = view.filter(|v| v.exited.is_some() && !v.terminating)
+        {
+            demand.restart.insert(*p, v.uid.clone());
+        }
+        if !d.run_fetcher {
+            continue;
+        }
+        demand.wanted.insert(*p);
+        if let Some(v) = view.filter(|v| !v.terminating && v.exited.is_none()) {
+            let holder = Holder {
+                name: v.name.clone(),
+                uid: v.uid.clone(),
+            };
+            holders.insert(*p, holder);
+        }
+    }
+    (o.leftover_pods.clone(), holders, demand)
 }

@@ -292,6 +292,8 @@ fn observation(g: &Given, mt: &MirrorTopic, cm: &ClusterMirror) -> Observation {
         source,
         destination,
         pods,
+        pooled: false,
+        leftover_pods: Vec::new(),
         source_ends: BTreeMap::new(),
         destination_ends: BTreeMap::new(),
         failback: crate::failback::Observed {
