@@ -180,6 +180,11 @@ impl Context {
             .await
     }
 
+    /// How many `MirrorTopic`s the cache holds (0 before the controllers run).
+    pub fn topic_count(&self) -> usize {
+        self.topic_store.get().map_or(0, |s| s.state().len())
+    }
+
     /// The `ClusterMirror`s of `namespace` (all: `None`) the cache holds (none before the
     /// controllers run).
     pub fn mirrors_in(&self, namespace: Option<&str>) -> Vec<ClusterMirror> {

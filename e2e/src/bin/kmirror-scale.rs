@@ -37,6 +37,7 @@ struct Options {
     groups: usize,
     window: Duration,
     rate: u64,
+    pool_pods: i32,
 }
 
 fn number<T: std::str::FromStr>(name: &str, default: T) -> T {
@@ -53,6 +54,7 @@ fn options() -> Options {
         groups: number("SCALE_GROUPS", 100),
         window: Duration::from_secs(number("SCALE_WINDOW_SECONDS", 60)),
         rate: number("SCALE_RECORDS_PER_SECOND", 200),
+        pool_pods: number("SCALE_POOL_PODS", 0),
     }
 }
 
@@ -222,10 +224,15 @@ async fn main() {
             .expect("namespace annotation");
     }
     let total = o.topics * o.partitions as usize;
+    let layout = if o.pool_pods > 0 {
+        format!("a pool of {} fetcher pods", o.pool_pods)
+    } else {
+        format!("{} per fetcher pod", o.partitions)
+    };
     println!(
-        "kmirror scale: {} topics x {} partitions = {total} partitions, {} per fetcher pod, {} \
-         consumer groups, {} records/s",
-        o.topics, o.partitions, o.partitions, o.groups, o.rate
+        "kmirror scale: {} topics x {} partitions = {total} partitions, {layout}, {} consumer \
+         groups, {} records/s",
+        o.topics, o.partitions, o.groups, o.rate
     );
     let source = bed.source_config();
     let prefix = unique_name("scale");
@@ -244,7 +251,11 @@ async fn main() {
         &[("KMIRROR_STATUS_PROGRESS_INTERVAL_MS", "10000")],
     );
     let mut spec = Scenario::mirror_spec(bed);
-    spec["fetcher"] = json!({"partitionsPerPod": o.partitions});
+    spec["fetcher"] = if o.pool_pods > 0 {
+        json!({"pool": {"pods": o.pool_pods}})
+    } else {
+        json!({"partitionsPerPod": o.partitions})
+    };
     spec["sync"] = json!({"interval": "30s"});
     s.apply_mirror("scale", spec).await;
 
@@ -288,6 +299,39 @@ async fn main() {
     print_rates(
         "API requests during start (incl. this harness's LIST of mirrortopics every 2 s)",
         &start_rates,
+    );
+    // MIRRORING is the lifecycle; copying needs the fetcher processes: wait for every pod to be
+    // ready (a pool: every pool pod, each listing its partitions).
+    let wanted_pods = if o.pool_pods > 0 {
+        o.pool_pods as usize
+    } else {
+        o.topics
+    };
+    loop {
+        let pods = s.pods().await;
+        let ready = pods
+            .iter()
+            .filter(|p| {
+                p.metadata.deletion_timestamp.is_none()
+                    && p.status
+                        .as_ref()
+                        .and_then(|s| s.container_statuses.as_ref())
+                        .and_then(|c| c.first())
+                        .is_some_and(|c| c.ready)
+            })
+            .count();
+        if ready >= wanted_pods && pods.len() == wanted_pods {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(900),
+            "{ready} of {wanted_pods} fetcher pods ready after 15 minutes"
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    println!(
+        "apply -> every fetcher pod ready ({wanted_pods}): {:.1} s",
+        started.elapsed().as_secs_f64()
     );
 
     // Steady state under light traffic.

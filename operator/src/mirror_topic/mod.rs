@@ -121,7 +121,10 @@ async fn apply(mt: Arc<MirrorTopic>, ctx: Arc<Context>) -> Result<Action> {
             mirror: &scope.mirror,
             fetcher_image: &ctx.settings.fetcher_image,
             secrets_version: &scope.secrets_version,
-            steady_requeue: plan::steady_requeue(ctx.settings.status_limits.progress_interval),
+            steady_requeue: plan::steady_requeue(
+                ctx.settings.status_limits.progress_interval,
+                ctx.topic_count(),
+            ),
         },
     );
     let requeue = execute::execute(&ctx, &scope, &mt, plan).await?;

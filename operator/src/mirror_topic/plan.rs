@@ -53,9 +53,33 @@ pub struct Spec<'a> {
 /// How soon a topic with a partition between states is looked at again.
 pub const UNSETTLED_REQUEUE: Duration = Duration::from_secs(5);
 
-/// The steady requeue for a progress interval: that interval, within 1–30 s.
-pub fn steady_requeue(progress_interval: Duration) -> Duration {
-    progress_interval.clamp(Duration::from_secs(1), Duration::from_secs(30))
+/// Steady reconciles per second of all topics together at most: with hundreds of topics the
+/// steady look of each spaces out (state changes, pods and spec changes still reconcile at once).
+pub const STEADY_RECONCILES_PER_SECOND: f64 = 10.0;
+
+/// The steady requeue for a progress interval and `topics` topics in all: that interval, within
+/// 1–30 s, or longer so that all topics together look at most
+/// [`STEADY_RECONCILES_PER_SECOND`] times a second.
+pub fn steady_requeue(progress_interval: Duration, topics: usize) -> Duration {
+    let spread = Duration::from_secs_f64(topics as f64 / STEADY_RECONCILES_PER_SECOND);
+    progress_interval
+        .clamp(Duration::from_secs(1), Duration::from_secs(30))
+        .max(spread)
+}
+
+#[cfg(test)]
+#[test]
+fn steady_looks_follow_the_progress_interval_and_space_out_with_many_topics() {
+    let s = Duration::from_secs;
+    assert_eq!(steady_requeue(s(10), 8), s(10));
+    assert_eq!(steady_requeue(s(0), 8), s(1));
+    assert_eq!(steady_requeue(s(60), 8), s(30));
+    assert_eq!(steady_requeue(s(10), 100), s(10));
+    assert_eq!(
+        steady_requeue(s(10), 500),
+        s(50),
+        "500 topics: 10 looks a second"
+    );
 }
 
 /// A change to the destination topic.
