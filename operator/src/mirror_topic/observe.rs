@@ -210,7 +210,7 @@ pub async fn observe(ctx: &Context, scope: &MirrorScope, mt: &MirrorTopic) -> Re
             )))
             .await
             .map_err(Error::ListPods)?;
-        let mut views = pool::pod::views(topic, &pool_pods.items, &records);
+        let mut views = pool::pod::views(topic, &pool_pods.items, &records, now_ms());
         // Per-topic pods from before the pool go first: their partitions wait for them.
         for pod in own.into_values() {
             if !pod.terminating {

@@ -1578,3 +1578,84 @@ fn the_status_shows_the_source_topic_id() {
         assert_eq!(status.source_topic_id.as_deref(), expect, "{name}");
     }
 }
+
+/// With a pool the topic runs no pods of its own: it asks the pool for the partitions that want
+/// a fetcher, names each one's lease holder (the pool pod that runs it), asks for the pod a
+/// partition's copy ended in to be restarted, and deletes its per-topic pods from before.
+#[test]
+fn a_pooled_topic_asks_its_pool_and_runs_no_pods_of_its_own() {
+    let g = Given {
+        source: Src::Present(4),
+        parts: vec![
+            part(0, Mirroring).at(10, 10),
+            part(1, Mirroring).at(10, 10),
+            part(2, Mirroring).at(10, 10),
+            part(3, Paused),
+        ],
+        ..Default::default()
+    };
+    let (mt, mut cm) = objects(&g);
+    cm.spec.fetcher.pool = Some(kmirror_crds::v1alpha1::FetcherPool { pods: 3 });
+    let mut o = observation(&g, &mt, &cm);
+    o.pooled = true;
+    let view = |name: &str, p: i32, exited: Option<i32>| PodView {
+        name: name.into(),
+        uid: format!("uid-{name}"),
+        partitions: vec![p],
+        ready: exited.is_none(),
+        exited: exited.map(|c| {
+            (
+                Some(c),
+                Some("offset 7 was written by another client".into()),
+            )
+        }),
+        ..Default::default()
+    };
+    // 0 copies in pool pod 1; 1 stopped inside pool pod 2 (foreign write); 2 is not placed yet.
+    o.pods = BTreeMap::from([
+        (0, view("orders-pool-1", 0, None)),
+        (1, view("orders-pool-2", 1, Some(10))),
+    ]);
+    o.leftover_pods = vec!["orders-fetcher-0".into()];
+    let spec = Spec {
+        topic: &mt,
+        mirror: &cm,
+        fetcher_image: IMAGE,
+        secrets_version: SECRETS,
+        steady_requeue: STEADY,
+    };
+    let plan = plan(&o, &spec);
+    assert!(plan.create_pods.is_empty(), "the pool creates pool pods");
+    assert_eq!(plan.delete_pods, ["orders-fetcher-0"], "per-topic pods go");
+    let demand = plan.pool_demand.clone().expect("a demand");
+    assert_eq!(
+        demand.wanted.iter().copied().collect::<Vec<_>>(),
+        [0, 2],
+        "the copying one and the unplaced one; not the failed one, not the paused one"
+    );
+    assert_eq!(
+        demand.restart,
+        BTreeMap::from([(1, "uid-orders-pool-2".to_string())]),
+        "the pod it ended in restarts"
+    );
+    assert_eq!(record(&plan, 1).state, Failed);
+    assert_eq!(
+        plan.lease_holders.keys().copied().collect::<Vec<_>>(),
+        [0],
+        "only a partition running in a pool pod may hold its lease"
+    );
+    assert_eq!(plan.lease_holders[&0].name, "orders-pool-1");
+    let shown: BTreeMap<i32, Option<String>> = plan
+        .status
+        .partitions
+        .iter()
+        .map(|p| (p.partition, p.fetcher_pod.clone()))
+        .collect();
+    assert_eq!(shown[&0].as_deref(), Some("orders-pool-1"));
+    assert!(
+        shown[&2]
+            .as_deref()
+            .is_some_and(|p| p.starts_with("dr-pool-")),
+        "an unplaced partition shows the pool pod it will run on: {shown:?}"
+    );
+}

@@ -2,6 +2,7 @@
 //! topic's reconcile sees of them (one view per partition). Pure.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kmirror_crds::v1alpha1::ClusterMirror;
@@ -137,15 +138,23 @@ impl PoolPod<'_> {
     }
 }
 
-/// What a reconcile of source topic `topic` sees of the pool pods: per partition, the pod that
-/// lists it (a pod being deleted first: nothing else may start it meanwhile), as a one-partition
-/// view. A partition whose copy ended inside a running pod — its position written by that very
-/// pod (its UID) with a final status — is seen as exited, with the recorded reason's exit code:
-/// the other partitions of the pod copy on.
+/// How long a pool pod may run without a position of one of its partitions before that
+/// partition counts as stopped: longer than a start-up takes (the first write lease is waited for
+/// up to 120 s), so only a copy that ended before it recorded anything (a refusal at start of a
+/// partition never mirrored) is caught — silently it would look like copying forever.
+pub const FIRST_POSITION_WITHIN: Duration = Duration::from_secs(180);
+
+/// What a reconcile of source topic `topic` sees of the pool pods at `now_ms`: per partition, the
+/// pod that lists it (a pod being deleted first: nothing else may start it meanwhile), as a
+/// one-partition view. A partition whose copy ended inside a running pod — its position written
+/// by that very pod (its UID) with a final status — is seen as exited, with the recorded reason's
+/// exit code: the other partitions of the pod copy on. So is one the pod never wrote a position
+/// of within [`FIRST_POSITION_WITHIN`] of its start.
 pub fn views(
     topic: &str,
     pods: &[Pod],
     records: &BTreeMap<i32, PartitionRecords>,
+    now_ms: i64,
 ) -> BTreeMap<i32, PodView> {
     let mut out: BTreeMap<i32, PodView> = BTreeMap::new();
     for pod in pods {
@@ -153,6 +162,11 @@ pub fn views(
             continue;
         };
         let base = PodView::of(pod);
+        let age_ms = pod
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map_or(0, |t| now_ms - t.0.as_millisecond());
         for p in partitions {
             if out.get(&p).is_some_and(|v| v.terminating) {
                 continue;
@@ -161,16 +175,31 @@ pub fn views(
                 partitions: vec![p],
                 ..base.clone()
             };
-            if view.exited.is_none() && !view.terminating {
-                let ended = records
+            if !view.terminating {
+                let own = records
                     .get(&p)
                     .and_then(|r| r.position.as_ref())
-                    .filter(|pos| pos.writer_uid.as_deref() == Some(base.uid.as_str()))
-                    .filter(|pos| pos.status != FetcherStatus::Running);
-                if let Some(pos) = ended {
-                    let code = pos.error.as_ref().map_or(0, |e| e.reason.exit_code());
-                    let message = pos.error.as_ref().map(|e| e.message.clone());
-                    view.exited = Some((Some(code), message));
+                    .filter(|pos| pos.writer_uid.as_deref() == Some(base.uid.as_str()));
+                match own {
+                    // Its own final position says how this partition ended — also when the
+                    // whole process ended (the pod's message may be about another topic).
+                    Some(pos) if pos.status != FetcherStatus::Running => {
+                        let code = pos.error.as_ref().map_or(0, |e| e.reason.exit_code());
+                        let message = pos.error.as_ref().map(|e| e.message.clone());
+                        view.exited = Some((Some(code), message));
+                    }
+                    None if view.exited.is_none()
+                        && age_ms > FIRST_POSITION_WITHIN.as_millis() as i64 =>
+                    {
+                        let message = format!(
+                            "pool pod {} recorded no position of partition {p} in the {}s since \
+                             it started: its copy ended before it began (see the pod's log)",
+                            base.name,
+                            FIRST_POSITION_WITHIN.as_secs()
+                        );
+                        view.exited = Some((None, Some(message)));
+                    }
+                    _ => {}
                 }
             }
             out.insert(p, view);
@@ -197,7 +226,7 @@ pub fn controller_uid(pod: &Pod) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kmirror_state::records::{FetcherError, PositionRecord, StopReason};
+    use kmirror_state::records::{FetcherError, PositionRecord, StopReason, now_ms};
 
     fn mirror() -> ClusterMirror {
         let mut cm: ClusterMirror = serde_json::from_value(serde_json::json!({
@@ -333,7 +362,7 @@ mod tests {
             // Copying in dr-pool-1.
             (2, position("u1", FetcherStatus::Running, None)),
         ]);
-        let v = views("orders", &pods, &records);
+        let v = views("orders", &pods, &records, now_ms());
         assert_eq!(v.keys().copied().collect::<Vec<_>>(), [0, 1, 2, 3]);
         assert_eq!(
             v[&0].exited,
@@ -352,6 +381,33 @@ mod tests {
             v[&3].terminating,
             "a partition still listed by a pod being deleted waits for it"
         );
-        assert!(views("other", &pods, &records).is_empty());
+        assert!(views("other", &pods, &records, now_ms()).is_empty());
+        // A pod that ran three minutes without a position of orders[3]: its copy never began.
+        let mut old = pool_pod("dr-pool-9", "u9", "orders=3", false);
+        let started = k8s_openapi::jiff::Timestamp::from_millisecond(
+            now_ms() - FIRST_POSITION_WITHIN.as_millis() as i64 - 1000,
+        )
+        .unwrap();
+        old.metadata.creation_timestamp = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(started),
+        );
+        let v = views("orders", &[old.clone()], &records, now_ms());
+        let (code, message) = v[&3].exited.clone().expect("seen as ended");
+        assert_eq!(code, None);
+        assert!(
+            message
+                .unwrap()
+                .contains("recorded no position of partition 3")
+        );
+        let young = views(
+            "orders",
+            &[old],
+            &records,
+            started.as_millisecond() + 60_000,
+        );
+        assert_eq!(
+            young[&3].exited, None,
+            "a minute after its start it may still be starting"
+        );
     }
 }
