@@ -72,9 +72,15 @@ async fn look(ctx: &Context, namespace: Option<&str>) -> Result<()> {
     for pod in &pool_pods {
         if let Some(m) = pod.labels().get(LABEL_MIRROR) {
             let key = (pod.namespace().unwrap_or_default(), m.clone());
-            if !mirrors.contains_key(&key) {
-                let cm = ctx.mirror(&key.0, &key.1).await.ok().flatten();
-                mirrors.insert(key, cm);
+            if let std::collections::btree_map::Entry::Vacant(e) = mirrors.entry(key) {
+                let (ns, name) = e.key();
+                // Only a mirror known to be gone lets its pods go: a failed read decides nothing.
+                match ctx.mirror(ns, name).await {
+                    Ok(cm) => {
+                        e.insert(cm);
+                    }
+                    Err(error) => tracing::warn!(mirror = %name, %error, "reading a pool's mirror"),
+                }
             }
         }
     }
