@@ -1,12 +1,14 @@
 //! One process, several topics: each topic's partitions run in their own replication thread
 //! (their own clients, cursor and stop), so that a stop of one topic — a foreign write, a
 //! refused record, a source that went away — leaves the others copying. SIGTERM stops them all.
-//! The process is ready and alive while every running topic is; it ends when every topic ended,
+//! Topics start a few at a time ([`START_CONCURRENCY`]). The process is ready once every topic
+//! started and while every running topic is ready, alive while every running topic is; it ends
+//! when every topic ended,
 //! with the most serious outcome among them.
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use kmirror_state::records::StopReason;
 
@@ -47,38 +49,59 @@ struct Runner {
     health: Arc<Health>,
     thread: Option<JoinHandle<Outcome>>,
     outcome: Option<Outcome>,
+    started: Instant,
+}
+
+/// Topics starting at once (connecting, settling, waiting for their leases): a pool process
+/// with dozens of topics would otherwise open all their clients in the same second.
+pub const START_CONCURRENCY: usize = 4;
+
+/// How long a topic counts as starting at most (then the next one starts anyway).
+const START_SLOT: Duration = Duration::from_secs(30);
+
+fn start(config: FetcherConfig, handles: &Handles) -> Runner {
+    let own = Handles {
+        shutdown: handles.shutdown.clone(),
+        metrics: handles.metrics.clone(),
+        health: Arc::new(Health::default()),
+    };
+    let health = own.health.clone();
+    let topic = config.source_topic.clone();
+    let thread = std::thread::Builder::new()
+        .name(format!("copy {topic}"))
+        .spawn(move || {
+            let _span = tracing::info_span!("copy", topic = %config.source_topic).entered();
+            run(&config, &own)
+        })
+        .expect("a replication thread");
+    Runner {
+        topic,
+        health,
+        thread: Some(thread),
+        outcome: None,
+        started: Instant::now(),
+    }
 }
 
 /// Runs every topic of `topics` until SIGTERM (`handles.shutdown`) or until each stopped; the
 /// outcome is the most serious of theirs (a finding before a retryable error before a clean
-/// stop).
+/// stop). At most [`START_CONCURRENCY`] topics start at once.
 pub fn run_topics(topics: Vec<FetcherConfig>, handles: &Handles) -> Outcome {
-    let mut runners: Vec<Runner> = share(topics)
-        .into_iter()
-        .map(|config| {
-            let own = Handles {
-                shutdown: handles.shutdown.clone(),
-                metrics: handles.metrics.clone(),
-                health: Arc::new(Health::default()),
-            };
-            let health = own.health.clone();
-            let topic = config.source_topic.clone();
-            let thread = std::thread::Builder::new()
-                .name(format!("copy {topic}"))
-                .spawn(move || {
-                    let _span = tracing::info_span!("copy", topic = %config.source_topic).entered();
-                    run(&config, &own)
-                })
-                .expect("a replication thread");
-            Runner {
-                topic,
-                health,
-                thread: Some(thread),
-                outcome: None,
-            }
-        })
-        .collect();
+    let mut waiting: std::collections::VecDeque<FetcherConfig> = share(topics).into();
+    let mut runners: Vec<Runner> = Vec::new();
     loop {
+        let starting = runners
+            .iter()
+            .filter(|r| {
+                r.thread.is_some() && !r.health.is_ready() && r.started.elapsed() < START_SLOT
+            })
+            .count();
+        let free = START_CONCURRENCY.saturating_sub(starting);
+        if !handles.shutdown.load(std::sync::atomic::Ordering::SeqCst) {
+            for config in waiting.drain(..free.min(waiting.len())) {
+                runners.push(start(config, handles));
+            }
+        }
         for r in runners.iter_mut() {
             if r.thread.as_ref().is_some_and(JoinHandle::is_finished) {
                 let outcome = r
@@ -103,12 +126,13 @@ pub fn run_topics(topics: Vec<FetcherConfig>, handles: &Handles) -> Outcome {
             }
         }
         let running: Vec<&Runner> = runners.iter().filter(|r| r.thread.is_some()).collect();
-        if running.is_empty() {
+        let shutdown = handles.shutdown.load(std::sync::atomic::Ordering::SeqCst);
+        if running.is_empty() && (waiting.is_empty() || shutdown) {
             break;
         }
         handles
             .health
-            .set_ready(running.iter().all(|r| r.health.is_ready()));
+            .set_ready(waiting.is_empty() && running.iter().all(|r| r.health.is_ready()));
         if running.iter().all(|r| r.health.is_alive(LIVENESS_WINDOW)) {
             handles.health.beat();
         }

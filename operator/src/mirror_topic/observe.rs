@@ -17,7 +17,7 @@ use crate::error::{Error, KafkaError, Result};
 use crate::leases::LeaseHold;
 use crate::leases::ledger::Holder;
 use crate::lifecycle::{FetcherObservation, SourceObservation, awaits_failback, needs_source_end};
-use crate::pods::{LABEL_MIRROR_TOPIC, label_value};
+use crate::pods::{LABEL_MIRROR, LABEL_MIRROR_TOPIC, label_value};
 use crate::pool::{self, LABEL_POOL};
 use crate::scope::MirrorScope;
 use crate::source_gone::Sighting;
@@ -189,28 +189,30 @@ pub async fn observe(ctx: &Context, scope: &MirrorScope, mt: &MirrorTopic) -> Re
         _ => DestinationTopic::NotRead,
     };
     let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &scope.namespace());
+    let pooled = scope.mirror.spec.fetcher.pool.is_some();
+    // Without a pool, the topic's own pods; with one, every fetcher pod of the mirror in one
+    // request: the pool's, and the topic's own from before it.
+    let selector = if pooled {
+        format!("{LABEL_MIRROR}={}", scope.mirror.name_any())
+    } else {
+        format!("{LABEL_MIRROR_TOPIC}={}", label_value(&name))
+    };
     let pod_list = pods_api
-        .list(
-            &ListParams::default().labels(&format!("{LABEL_MIRROR_TOPIC}={}", label_value(&name))),
-        )
+        .list(&ListParams::default().labels(&selector))
         .await
         .map_err(Error::ListPods)?;
-    let own: BTreeMap<i32, PodView> = pod_list
+    let (pool_pods, own_pods): (Vec<Pod>, Vec<Pod>) = pod_list
         .items
+        .into_iter()
+        .partition(|p| p.labels().contains_key(LABEL_POOL));
+    let own: BTreeMap<i32, PodView> = own_pods
         .iter()
+        .filter(|p| p.labels().get(LABEL_MIRROR_TOPIC) == Some(&label_value(&name)))
         .map(|pod| (PodView::index_of(pod), PodView::of(pod)))
         .collect();
-    let pooled = scope.mirror.spec.fetcher.pool.is_some();
     let mut leftover_pods = Vec::new();
     let pods = if pooled {
-        let pool_pods = pods_api
-            .list(&ListParams::default().labels(&format!(
-                "{LABEL_POOL}={}",
-                label_value(&scope.mirror.name_any())
-            )))
-            .await
-            .map_err(Error::ListPods)?;
-        let mut views = pool::pod::views(topic, &pool_pods.items, &records, now_ms());
+        let mut views = pool::pod::views(topic, &pool_pods, &records, now_ms());
         // Per-topic pods from before the pool go first: their partitions wait for them.
         for pod in own.into_values() {
             if !pod.terminating {
