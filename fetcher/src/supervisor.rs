@@ -52,12 +52,7 @@ struct Runner {
     started: Instant,
 }
 
-/// Topics starting at once (connecting, settling, waiting for their leases): a pool process
-/// with dozens of topics would otherwise open all their clients in the same second.
-pub const START_CONCURRENCY: usize = 4;
-
-/// How long a topic counts as starting at most (then the next one starts anyway).
-const START_SLOT: Duration = Duration::from_secs(30);
+use kmirror_state::pool::{START_CONCURRENCY, START_SLOT};
 
 fn start(config: FetcherConfig, handles: &Handles) -> Runner {
     let own = Handles {

@@ -8,8 +8,22 @@
 //! shrinking it moves only the units of the removed pod.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use crate::leases::LeaseUnit;
+
+/// Topics a pool process starts at once (connecting, settling, waiting for their write leases):
+/// dozens of topics opening their clients in the same second swamp a destination.
+pub const START_CONCURRENCY: usize = 4;
+
+/// How long one topic of a pool process counts as starting at most; then the next one starts
+/// anyway.
+pub const START_SLOT: Duration = Duration::from_secs(30);
+
+/// How long the last of `topics` topics of a pool process may wait for its turn to start.
+pub fn start_wait(topics: usize) -> Duration {
+    START_SLOT * topics.div_ceil(START_CONCURRENCY) as u32
+}
 
 /// The pool pod (index in `0..pods`) that copies `unit`; `None` for an empty pool.
 pub fn pod_of(unit: &LeaseUnit, pods: u32) -> Option<u32> {

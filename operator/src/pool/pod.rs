@@ -9,6 +9,8 @@ use kmirror_crds::v1alpha1::ClusterMirror;
 use kmirror_state::records::{FetcherStatus, PartitionRecords};
 use kube::{Resource, ResourceExt};
 
+use kmirror_state::pool::start_wait;
+
 use crate::mirror_topic::pod_view::PodView;
 use crate::pods::{
     ANNOTATION_SPEC_HASH, LABEL_INDEX, PodParts, fetcher_args, fetcher_pod, fnv1a, label_value,
@@ -139,9 +141,10 @@ impl PoolPod<'_> {
 }
 
 /// How long a pool pod may run without a position of one of its partitions before that
-/// partition counts as stopped: longer than a start-up takes (the first write lease is waited for
-/// up to 120 s), so only a copy that ended before it recorded anything (a refusal at start of a
-/// partition never mirrored) is caught — silently it would look like copying forever.
+/// partition counts as stopped, beyond the wait for its topic's turn to start
+/// (`kmirror_state::pool::start_wait`): longer than a start-up takes (the first write lease is
+/// waited for up to 120 s), so only a copy that ended before it recorded anything (a refusal at
+/// start of a partition never mirrored) is caught — silently it would look like copying forever.
 pub const FIRST_POSITION_WITHIN: Duration = Duration::from_secs(180);
 
 /// What a reconcile of source topic `topic` sees of the pool pods at `now_ms`: per partition, the
@@ -162,6 +165,7 @@ pub fn views(
             continue;
         };
         let base = PodView::of(pod);
+        let grace = FIRST_POSITION_WITHIN + start_wait(units_of(pod).len());
         let age_ms = pod
             .metadata
             .creation_timestamp
@@ -188,14 +192,12 @@ pub fn views(
                         let message = pos.error.as_ref().map(|e| e.message.clone());
                         view.exited = Some((Some(code), message));
                     }
-                    None if view.exited.is_none()
-                        && age_ms > FIRST_POSITION_WITHIN.as_millis() as i64 =>
-                    {
+                    None if view.exited.is_none() && age_ms > grace.as_millis() as i64 => {
                         let message = format!(
                             "pool pod {} recorded no position of partition {p} in the {}s since \
                              it started: its copy ended before it began (see the pod's log)",
                             base.name,
-                            FIRST_POSITION_WITHIN.as_secs()
+                            grace.as_secs()
                         );
                         view.exited = Some((None, Some(message)));
                     }
@@ -385,7 +387,7 @@ mod tests {
         // A pod that ran three minutes without a position of orders[3]: its copy never began.
         let mut old = pool_pod("dr-pool-9", "u9", "orders=3", false);
         let started = k8s_openapi::jiff::Timestamp::from_millisecond(
-            now_ms() - FIRST_POSITION_WITHIN.as_millis() as i64 - 1000,
+            now_ms() - (FIRST_POSITION_WITHIN + start_wait(1)).as_millis() as i64 - 1000,
         )
         .unwrap();
         old.metadata.creation_timestamp = Some(
