@@ -3,13 +3,13 @@
 //! refused record, a source that went away — leaves the others copying. SIGTERM stops them all.
 //! Topics start a few at a time ([`START_CONCURRENCY`]). The process is ready once every topic
 //! started and while every running topic is ready, alive while every running topic is; it ends
-//! when every topic ended,
-//! with the most serious outcome among them.
+//! when every topic ended, with the most serious outcome among them.
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use kmirror_state::pool::{START_CONCURRENCY, START_SLOT};
 use kmirror_state::records::StopReason;
 
 use crate::config::FetcherConfig;
@@ -51,8 +51,6 @@ struct Runner {
     outcome: Option<Outcome>,
     started: Instant,
 }
-
-use kmirror_state::pool::{START_CONCURRENCY, START_SLOT};
 
 fn start(config: FetcherConfig, handles: &Handles) -> Runner {
     let own = Handles {
