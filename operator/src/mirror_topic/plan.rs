@@ -642,7 +642,14 @@ fn pool_share(
         {
             demand.restart.insert(*p, v.uid.clone());
         }
-        if !d.run_fetcher {
+        // A partition going MIRRORING now wants its fetcher from the next look on: asked for
+        // at once (its transition is persisted before the demand is reported), a new topic's
+        // demand is whole on its first reconcile and the pool moves pods once.
+        let starting = d
+            .transition
+            .as_ref()
+            .is_some_and(|t| t.to == PartitionState::Mirroring);
+        if !d.run_fetcher && !starting {
             continue;
         }
         demand.wanted.insert(*p);

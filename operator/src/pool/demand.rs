@@ -39,27 +39,31 @@ pub struct MirrorDemand {
 /// A change is acted on once the demand was quiet this long (a burst of new topics — a mirror
 /// applied, a leader starting — moves pods once, not once per topic)…
 pub const QUIET: Duration = Duration::from_secs(2);
-/// …or once it waited this long.
-pub const PATIENCE: Duration = Duration::from_secs(10);
-/// How long a pool waits for every topic of its mirror to report before it acts on the topics
-/// that did.
-pub const REPORT_WAIT: Duration = Duration::from_secs(30);
+/// …or once it waited this long (a mirror of hundreds of topics reports for a minute or two).
+pub const PATIENCE: Duration = Duration::from_secs(30);
+/// How long a pool waits for a topic of its mirror to report — counted from the topic's
+/// creation and from the pool's first look (a new leader) — before it acts without it.
+pub const REPORT_WAIT: Duration = Duration::from_secs(60);
 
 impl MirrorDemand {
     /// Whether the pool may act at `now`: the demand settled (or waited long enough), and every
-    /// topic in `topics` reported (or the pool waited long enough for them).
-    pub fn settled(&self, now: Instant, topics: &BTreeSet<String>) -> bool {
+    /// topic in `topics` (name → age) reported, but for topics older than [`REPORT_WAIT`] once
+    /// the pool looked that long (a topic that cannot report — an invalid spec — holds nothing
+    /// up for long).
+    pub fn settled(&self, now: Instant, topics: &BTreeMap<String, Duration>) -> bool {
         let quiet = self
             .changed_at
             .is_none_or(|t| now.saturating_duration_since(t) >= QUIET);
         let patient = self
             .pending_since
             .is_some_and(|t| now.saturating_duration_since(t) >= PATIENCE);
-        let reported = topics.iter().all(|t| self.topics.contains_key(t));
-        let waited = self
+        let looked_long = self
             .first_look
             .is_some_and(|t| now.saturating_duration_since(t) >= REPORT_WAIT);
-        (quiet || patient) && (reported || waited)
+        let reported = topics.iter().all(|(name, age)| {
+            self.topics.contains_key(name) || (looked_long && *age >= REPORT_WAIT)
+        });
+        (quiet || patient) && reported
     }
 }
 
@@ -161,16 +165,26 @@ mod tests {
         d.report("ns/dr", "a", demand(&[0]), "s");
         let m = d.of("ns/dr");
         let t0 = m.changed_at.unwrap();
-        let topics = BTreeSet::from(["a".to_string()]);
+        let old = REPORT_WAIT * 2;
+        let topics = BTreeMap::from([("a".to_string(), old)]);
         assert!(!m.settled(t0, &topics), "just changed");
         assert!(m.settled(t0 + QUIET, &topics), "quiet");
-        let both = BTreeSet::from(["a".to_string(), "b".to_string()]);
+        let both = BTreeMap::from([("a".to_string(), old), ("b".to_string(), Duration::ZERO)]);
         assert!(!m.settled(t0 + QUIET, &both), "b has not reported");
         let mut late = m.clone();
         late.first_look = Some(t0);
         assert!(
-            late.settled(t0 + REPORT_WAIT, &both),
-            "waited for b long enough"
+            !late.settled(t0 + REPORT_WAIT, &both),
+            "b is new: the pool waits for it"
+        );
+        let both_old = BTreeMap::from([("a".to_string(), old), ("b".to_string(), old)]);
+        assert!(
+            !late.settled(t0 + QUIET, &both_old),
+            "a new leader waits for old topics too"
+        );
+        assert!(
+            late.settled(t0 + REPORT_WAIT, &both_old),
+            "an old topic that never reports holds nothing up for long"
         );
         // Changes that keep coming are acted on after the patience.
         let mut busy = m.clone();

@@ -179,11 +179,19 @@ async fn manage(ctx: &Context, cm: &ClusterMirror, pods: &[&Pod]) -> Result<()> 
     let key = key_of(cm);
     let ns = cm.namespace().unwrap_or_default();
     let demand = ctx.pool.of(&key);
-    let topics: BTreeSet<String> = ctx
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let topics: BTreeMap<String, Duration> = ctx
         .mirror_topics(&ns, |t| t.spec.mirror == cm.name_any())
         .await?
         .iter()
-        .map(|t| t.name_any())
+        .map(|t| {
+            let age = t
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map_or(0, |c| now.as_millisecond() - c.0.as_millisecond());
+            (t.name_any(), Duration::from_millis(age.max(0) as u64))
+        })
         .collect();
     let pool_size = cm.spec.fetcher.pool.as_ref().map(|p| p.pods.max(1) as u32);
     if pool_size.is_some() && !demand.settled(Instant::now(), &topics) {
