@@ -400,19 +400,28 @@ mod tests {
             &["--topic", "a=1", "--topic", "a=2"],
             &["--topic", "a=1", "--source-topic", "b", "--partitions", "1"],
             &[],
-            &[
-                "--topic",
-                "a=1",
-                "--topic",
-                "b=1",
-                "--writer",
-                "p",
-                "--lease-holder-uid",
-                "u",
-            ],
         ] {
             assert!(parse_topics(bad).is_err(), "{bad:?} accepted");
         }
+        // A pool pod: several topics under write leases, every topic its own holder thread
+        // of the one pod.
+        let leased = parse_topics(&[
+            "--topic",
+            "a=1",
+            "--topic",
+            "b=1",
+            "--writer",
+            "p",
+            "--lease-holder-uid",
+            "u",
+        ])
+        .unwrap();
+        assert_eq!(leased.len(), 2);
+        assert!(
+            leased
+                .iter()
+                .all(|c| c.writer_uid().as_deref() == Some("u") && c.writer.as_deref() == Some("p"))
+        );
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! `ClusterMirror` changes other than in its status (that status follows every topic's, and
 //! would otherwise trigger every topic of the mirror on every write), and when its reconcile
 //! asks to look again, and when a pool pod that runs it changes. A `ClusterMirror` follows every
-//! change of its topics, statuses included. The fetcher pools run beside them ([`crate::pool`]).
+//! change of its topics, statuses included. The fetcher pools run beside them ([`crate::pool_pods`]).
 
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
@@ -218,7 +218,7 @@ pub async fn run(
         )
         .for_each(|_| async {});
 
-    let pools = crate::pool::run(ctx.clone(), namespace.clone(), stop_rx);
+    let pools = crate::pool_pods::run(ctx.clone(), namespace.clone(), stop_rx);
 
     futures::join!(mirrors, topics, pools);
 }

@@ -29,6 +29,7 @@ pub mod mirror_topic;
 pub mod pods;
 pub mod policy;
 pub mod pool;
+pub mod pool_pods;
 pub mod rate_limit;
 pub mod reconcile;
 pub mod scope;

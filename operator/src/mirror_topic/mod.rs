@@ -12,6 +12,7 @@ pub mod execute;
 pub mod observe;
 pub mod plan;
 pub mod pod_view;
+pub mod pool_view;
 pub mod status;
 
 #[cfg(test)]

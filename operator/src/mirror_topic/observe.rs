@@ -18,7 +18,7 @@ use crate::leases::LeaseHold;
 use crate::leases::ledger::Holder;
 use crate::lifecycle::{FetcherObservation, SourceObservation, awaits_failback, needs_source_end};
 use crate::pods::{LABEL_MIRROR, LABEL_MIRROR_TOPIC, label_value};
-use crate::pool::{self, LABEL_POOL};
+use crate::pool::LABEL_POOL;
 use crate::scope::MirrorScope;
 use crate::source_gone::Sighting;
 use crate::{failback, kafka};
@@ -212,7 +212,7 @@ pub async fn observe(ctx: &Context, scope: &MirrorScope, mt: &MirrorTopic) -> Re
         .collect();
     let mut leftover_pods = Vec::new();
     let pods = if pooled {
-        let mut views = pool::pod::views(topic, &pool_pods, &records, now_ms());
+        let mut views = super::pool_view::views(topic, &pool_pods, &records, now_ms());
         // Per-topic pods from before the pool go first: their partitions wait for them.
         for pod in own.into_values() {
             if !pod.terminating {
