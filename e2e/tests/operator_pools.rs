@@ -214,15 +214,36 @@ fn assert_exact(bed: &Testbed, mirror: &str, topic: &str) -> u64 {
 }
 
 async fn source_topics(bed: &Testbed, prefix: &str, n: usize) -> Vec<String> {
-    let mut topics = Vec::new();
-    for i in 0..n {
-        let topic = unique_name(&format!("{prefix}-{i}"));
-        create_topic(&bed.source_config(), &topic, PARTITIONS, &[])
+    create_topics(bed, (0..n).map(|i| unique_name(&format!("{prefix}-{i}"))).collect()).await
+}
+
+async fn create_topics(bed: &Testbed, topics: Vec<String>) -> Vec<String> {
+    for topic in &topics {
+        create_topic(&bed.source_config(), topic, PARTITIONS, &[])
             .await
             .unwrap();
-        topics.push(topic);
     }
     topics
+}
+
+/// Five fresh topic names whose slices make the pool test's steps meaningful (a topic is one
+/// slice, and hashing decides its pod): the first four use both pods of two, and growing to
+/// three pods moves some of the five to the new pod but not all.
+fn spread_names(prefix: &str) -> Vec<String> {
+    loop {
+        let names: Vec<String> = (0..5)
+            .map(|i| unique_name(&format!("{prefix}-{i}")))
+            .collect();
+        let units = units_of(&names);
+        let two: BTreeSet<u32> = expected(&units[..4 * PARTITIONS as usize], 2)
+            .into_values()
+            .collect();
+        let three = expected(&units, 3);
+        let on_new = three.values().filter(|i| **i == 2).count();
+        if two.len() == 2 && on_new > 0 && on_new < units.len() {
+            return names;
+        }
+    }
 }
 
 fn pooled_mirror(bed: &Testbed, pods: i32) -> serde_json::Value {
@@ -237,7 +258,7 @@ async fn a_pool_spreads_partitions_a_new_topic_moves_none_and_growing_moves_only
     ensure_state_topic(bed);
     let s = Scenario::new(bed, "pool").await;
     let mirror = format!("{}/dr", s.ns);
-    let topics = source_topics(bed, "pool", 5).await;
+    let topics = create_topics(bed, spread_names("pool")).await;
     produce(bed, &topics, 100);
     let op = OperatorProcess::spawn(bed, &s.ns, &[]);
     s.apply_mirror("dr", pooled_mirror(bed, 2)).await;

@@ -97,7 +97,7 @@ pub fn beyond_status<K: Resource>(object: &K) -> Option<u64> {
 
 /// Reconciles one controller runs at once: with hundreds of topics, a burst (a restart, a
 /// ClusterMirror change) otherwise opens as many API requests and Kafka admin calls together.
-const RECONCILE_CONCURRENCY: u16 = 16;
+const RECONCILE_CONCURRENCY: u16 = 32;
 
 /// Runs both controllers until `shutdown` resolves.
 pub async fn run(

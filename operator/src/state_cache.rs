@@ -420,13 +420,19 @@ impl StateCache {
         let me = self.clone();
         let sent = batch.clone();
         let written = tokio::task::spawn_blocking(move || {
-            let writer = me.writer.lock().unwrap_or_else(|p| p.into_inner());
-            for (k, v) in &sent {
-                // Refused on write: checked again right before sending.
-                let token = me.token(&k.mirror).or(tokens.get(&k.mirror).copied());
-                writer.send_fenced(k, v.as_deref(), token)?;
-            }
-            writer.flush(Duration::from_secs(15))
+            // Sent under the lock (the token checked right before), flushed outside it: the
+            // writes of concurrent reconciles share their round trips.
+            let own = {
+                let writer = me.writer.lock().unwrap_or_else(|p| p.into_inner());
+                let own = writer.share();
+                for (k, v) in &sent {
+                    // Refused on write: checked again right before sending.
+                    let token = me.token(&k.mirror).or(tokens.get(&k.mirror).copied());
+                    own.send_fenced(k, v.as_deref(), token)?;
+                }
+                own
+            };
+            own.flush(Duration::from_secs(15))
         })
         .await
         .map_err(|e| StateError(e.to_string()))?;

@@ -1,6 +1,8 @@
 //! Reading and writing the state topic. Blocking calls: use them from a blocking thread.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use rdkafka::ClientConfig;
@@ -212,10 +214,11 @@ pub fn admitted<M: Message>(fences: &mut Fences, key: &StateKey, message: &M) ->
     }
 }
 
-/// Remembers failed deliveries so that a flush can report them.
+/// Counts failed deliveries (and keeps the last one's reason) so that a flush can report them.
 #[derive(Default)]
 struct WriterContext {
-    failure: std::sync::Mutex<Option<String>>,
+    failures: AtomicU64,
+    last_failure: std::sync::Mutex<Option<String>>,
 }
 
 impl rdkafka::ClientContext for WriterContext {}
@@ -225,15 +228,21 @@ impl rdkafka::producer::ProducerContext for WriterContext {
 
     fn delivery(&self, result: &rdkafka::message::DeliveryResult<'_>, _: ()) {
         if let Err((e, _)) = result {
-            *self.failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
+            *self.last_failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
+            self.failures.fetch_add(1, Ordering::SeqCst);
         }
     }
 }
 
-/// Writes state records with acks from all in-sync replicas.
+/// Writes state records with acks from all in-sync replicas. Several writers of one process
+/// may share one producer ([`StateWriter::share`]); each one's flush fails when any record of
+/// the producer failed since that writer's last flush (whose record it was cannot be told, so
+/// every sharer hears of it).
 pub struct StateWriter {
-    producer: BaseProducer<WriterContext>,
+    producer: Arc<BaseProducer<WriterContext>>,
     topic: String,
+    /// Failed deliveries of the producer counted by this writer's last flush.
+    seen: AtomicU64,
 }
 
 impl StateWriter {
@@ -251,9 +260,23 @@ impl StateWriter {
                 source,
             })?;
         Ok(StateWriter {
-            producer,
+            producer: Arc::new(producer),
             topic: topic.to_string(),
+            seen: AtomicU64::new(0),
         })
+    }
+
+    /// Another writer on the same producer, with its own account of failures: those from now on.
+    pub fn share(&self) -> StateWriter {
+        StateWriter {
+            producer: self.producer.clone(),
+            topic: self.topic.clone(),
+            seen: AtomicU64::new(self.failures()),
+        }
+    }
+
+    fn failures(&self) -> u64 {
+        self.producer.context().failures.load(Ordering::SeqCst)
     }
 
     /// Enqueues a record (`None`: tombstone). Call [`StateWriter::flush`] to make it durable.
@@ -304,7 +327,8 @@ impl StateWriter {
         }
     }
 
-    /// Waits until every enqueued record is acknowledged.
+    /// Waits until every enqueued record is acknowledged; fails when a record of the producer
+    /// failed since this writer's last flush.
     pub fn flush(&self, timeout: Duration) -> Result<(), StateError> {
         self.producer
             .flush(timeout)
@@ -312,20 +336,22 @@ impl StateWriter {
                 topic: self.topic.clone(),
                 source,
             })?;
-        let failure = self
+        let failures = self.failures();
+        if self.seen.swap(failures, Ordering::SeqCst) == failures {
+            return Ok(());
+        }
+        let message = self
             .producer
             .context()
-            .failure
+            .last_failure
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .take();
-        match failure {
-            None => Ok(()),
-            Some(message) => Err(StateError::Delivery {
-                topic: self.topic.clone(),
-                message,
-            }),
-        }
+            .clone()
+            .unwrap_or_default();
+        Err(StateError::Delivery {
+            topic: self.topic.clone(),
+            message,
+        })
     }
 
     /// Sends one record and waits for it.

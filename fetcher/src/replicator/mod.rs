@@ -41,6 +41,7 @@ mod poll_loop;
 mod position;
 mod prefix;
 mod settle;
+mod shared_clients;
 mod source_check;
 mod start_plan;
 mod startup;
@@ -237,7 +238,7 @@ struct Fetcher<'a> {
     producer: Arc<BaseProducer<DeliveryContext>>,
     /// The write lease, when the operator grants them.
     lease: Option<&'a lease::LeaseHolder>,
-    source_admin: AdminClient<DefaultClientContext>,
+    source_admin: Arc<AdminClient<DefaultClientContext>>,
     state: StateWriter,
     /// What the destination topic accepts.
     limits: DestinationLimits,

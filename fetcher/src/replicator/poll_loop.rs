@@ -515,6 +515,17 @@ impl Fetcher<'_> {
                 })
                 .unwrap_or_default(),
         };
+        let mut asked_together = match &self.batch {
+            Some(path) => {
+                let partitions: Vec<i32> = self.units.keys().copied().collect();
+                path.source_watermarks_of(
+                    &self.config.source_topic,
+                    &partitions,
+                    Duration::from_secs(5),
+                )
+            }
+            None => BTreeMap::new(),
+        };
         for (p, unit) in self.units.iter_mut() {
             let confirmed = unit.cursor.confirmed_next_src();
             let mut next = confirmed;
@@ -528,6 +539,9 @@ impl Fetcher<'_> {
                 unit.position_dirty = true;
             }
             let asked = match &self.batch {
+                Some(_) if asked_together.contains_key(p) => {
+                    Ok(asked_together.remove(p).expect("contained"))
+                }
                 Some(path) => path
                     .source_watermarks(&self.config.source_topic, *p, Duration::from_secs(5))
                     .ok_or_else(|| "no answer from the source leader".to_string()),

@@ -29,6 +29,7 @@ use super::limits::DestinationLimits;
 use super::log_end::DestinationLogEnds;
 use super::position::rewrite_map;
 use super::settle::DestinationEnds;
+use super::shared_clients;
 use super::source_check::Known;
 use super::start_plan::{
     LastCopy, Recorded, Start, StartFacts, Then, check_pinned, check_recorded_identity,
@@ -41,7 +42,7 @@ use crate::throttle::Throttle;
 use kmirror_state::kafka_admin::describe_topics;
 use kmirror_state::kafka_record::{read_record_at, set_leader_epoch};
 use kmirror_state::records::{DataLossRecord, FetcherStatus, PartitionRecords, now_ms};
-use kmirror_state::store::{self, StateWriter};
+use kmirror_state::store;
 
 /// Times a source topic must be reported missing, a second apart, before it counts as deleted
 /// (a broker that has not learnt of the topic yet answers "unknown" too).
@@ -116,14 +117,8 @@ impl<'a> Fetcher<'a> {
         if let Some(l) = lease {
             l.guard(producer.clone());
         }
-        let source_admin: AdminClient<DefaultClientContext> = cluster_config(config, Side::Source)?
-            .create()
-            .map_err(|source| Stop::CreateClient {
-                client: "source admin client",
-                source,
-            })?;
-        let state =
-            StateWriter::new(&destination_config, &config.state_topic).map_err(Stop::WriteState)?;
+        let source_admin = shared_clients::source_admin(&cluster_config(config, Side::Source)?)?;
+        let state = shared_clients::state_writer(&destination_config, &config.state_topic)?;
         let source_cluster_id = consumer
             .client()
             .fetch_cluster_id(ADMIN_TIMEOUT)

@@ -160,6 +160,11 @@ pub async fn execute(
         tracing::warn!(topic = %name, "{}", note.text);
         ctx.publish(mt, &note).await;
     }
+    // A transition looked at again at once: the status of that look is written instead (a
+    // new topic goes UNKNOWN → PREPARING → MIRRORING in two quick reconciles; one write).
+    if !plan.transitions.is_empty() && plan.requeue.is_zero() {
+        return Ok(Duration::ZERO);
+    }
     let wait = ctx.write_status(mt, plan.status).await?;
     Ok(plan.requeue.max(wait))
 }

@@ -534,16 +534,13 @@ pub fn plan(o: &Observation, spec: &Spec<'_>) -> Plan {
     // Status and the next look.
     let settled = settled_state(mt.spec.state);
     // Pods that come or go are watched, but a replacement may have to wait for its
-    // predecessor: moving pods are looked at as often as moving partitions.
+    // predecessor: moving pods are looked at as often as moving partitions. A pool pod is
+    // placed by the pool (which waits for the demand to settle) and its coming and going
+    // reconciles the topics it runs: a pooled topic waiting for it need not look every 5 s.
     let pods_settled = delete_pods.is_empty()
         && create_pods.is_empty()
         && o.pods.values().all(|p| !p.terminating)
-        && pool_demand.as_ref().is_none_or(|d| {
-            d.restart.is_empty()
-                && d.wanted
-                    .iter()
-                    .all(|p| o.pods.get(p).is_some_and(|v| v.exited.is_none()))
-        });
+        && pool_demand.as_ref().is_none_or(|d| d.restart.is_empty());
     let mut report = Report::default();
     let mut requeue = Duration::from_secs(30);
     for &p in &partitions {

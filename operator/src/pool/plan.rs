@@ -246,7 +246,8 @@ mod tests {
     #[test]
     fn a_new_pool_creates_a_pod_per_index_with_units_and_then_rests() {
         let cm = mirror();
-        let d = demand(&[("a", 10), ("b", 10), ("c", 10)]);
+        // Slices of 16 partitions: 12 of them.
+        let d = demand(&[("a", 64), ("b", 64), ("c", 64)]);
         let p = plan_of(&cm, &d, Some(3), &[]);
         assert!(p.delete.is_empty());
         let names: Vec<String> = p.create.iter().map(|p| p.name_any()).collect();
@@ -256,7 +257,7 @@ mod tests {
             .values()
             .flat_map(|u| u.values().map(|(_, ps)| ps.len()))
             .sum();
-        assert_eq!(units, 30, "every unit once");
+        assert_eq!(units, 192, "every unit once");
         let now = running(&cm, &d, 3);
         let again = plan_of(&cm, &d, Some(3), &now);
         assert!(
@@ -292,7 +293,7 @@ mod tests {
     #[test]
     fn growing_the_pool_starts_the_new_pod_only_after_its_units_left_their_old_pods() {
         let cm = mirror();
-        let d = demand(&[("a", 30)]);
+        let d = demand(&[("a", 160)]);
         let now = running(&cm, &d, 3);
         let p = plan_of(&cm, &d, Some(4), &now);
         let moved: BTreeSet<i32> = p.assignment[&3]["a"].1.clone();
@@ -320,7 +321,7 @@ mod tests {
     #[test]
     fn terminating_pods_and_fetchers_outside_the_pool_hold_their_units() {
         let cm = mirror();
-        let d = demand(&[("a", 6)]);
+        let d = demand(&[("a", 64)]);
         let mut now = running(&cm, &d, 2);
         // Pod 1 is being deleted: its replacement waits for it to be gone.
         now[1].terminating = true;
@@ -351,7 +352,7 @@ mod tests {
     #[test]
     fn exits_restarts_and_a_removed_pool_delete_pods() {
         let cm = mirror();
-        let mut d = demand(&[("a", 6)]);
+        let mut d = demand(&[("a", 64)]);
         let mut now = running(&cm, &d, 2);
         now[0].exited = true;
         let p = plan_of(&cm, &d, Some(2), &now);

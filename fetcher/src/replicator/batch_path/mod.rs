@@ -41,6 +41,9 @@ type FetchAnswer = Result<Result<Vec<FetchedPartition>, WireError>, tokio::time:
 /// Bound on a source request (a fetch waits at most 100 ms for records).
 const SOURCE_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long the source broker may hold a fetch of every partition of the topic for records.
+const IDLE_FETCH_WAIT: Duration = Duration::from_millis(500);
+
 /// Pause after a failed fetch or produce before the next attempt.
 const RETRY_BACKOFF: Duration = Duration::from_millis(200);
 
@@ -266,6 +269,50 @@ impl BatchPath {
         asked.ok().flatten()
     }
 
+    /// The source log starts and high watermarks of `partitions` of `topic`: two questions per
+    /// leader for all of them (the starts, then the ends); the partitions without an answer
+    /// within `timeout` are left out (the caller asks them one by one).
+    pub(super) fn source_watermarks_of(
+        &self,
+        topic: &str,
+        partitions: &[i32],
+        timeout: Duration,
+    ) -> BTreeMap<i32, (i64, i64)> {
+        use kmirror_wire::OffsetSpec;
+        let source = self.source.clone();
+        let listed = self.runtime.block_on(async {
+            tokio::time::timeout(timeout, async {
+                let mut answers = Vec::new();
+                for spec in [OffsetSpec::Earliest, OffsetSpec::Latest] {
+                    let asked: Vec<(i32, OffsetSpec)> =
+                        partitions.iter().map(|&p| (p, spec)).collect();
+                    let listed = source
+                        .list_offsets(topic, &asked, kmirror_wire::Isolation::ReadUncommitted)
+                        .await?;
+                    answers.push(
+                        listed
+                            .into_iter()
+                            .filter(|l| l.error.is_ok())
+                            .map(|l| (l.partition, l.offset))
+                            .collect::<BTreeMap<i32, i64>>(),
+                    );
+                }
+                Ok::<_, WireError>(answers)
+            })
+            .await
+        });
+        let Ok(Ok(answers)) = listed else {
+            return BTreeMap::new();
+        };
+        let [starts, ends] = &answers[..] else {
+            return BTreeMap::new();
+        };
+        starts
+            .iter()
+            .filter_map(|(&p, &low)| Some((p, (low, *ends.get(&p)?))))
+            .collect()
+    }
+
     /// Batches in flight over all partitions.
     fn in_flight(&self) -> usize {
         self.lanes.values().map(|l| l.sent.len()).sum()
@@ -374,14 +421,23 @@ impl Fetcher<'_> {
             if wanted.is_empty() {
                 return Ok((Vec::new(), None));
             }
+            // With every partition in the fetch, an answer comes as soon as any has records:
+            // the broker may wait longer for them, so that an idle topic asks five times less
+            // often (hundreds of topics in a pool pod). A partition left out (its batches in
+            // flight) must not wait behind it.
+            let max_wait = if wanted.len() == path.lanes.len() {
+                wait.max(IDLE_FETCH_WAIT)
+            } else {
+                wait
+            };
             let options = FetchOptions {
-                max_wait: wait,
+                max_wait,
                 ..path.fetch
             };
             let source = path.source.clone();
             path.pending_fetch = Some(path.runtime.spawn(async move {
                 tokio::time::timeout(
-                    wait + SOURCE_REQUEST_TIMEOUT + Duration::from_secs(1),
+                    max_wait + SOURCE_REQUEST_TIMEOUT + Duration::from_secs(1),
                     source.fetch(&topic, &wanted, &options),
                 )
                 .await
