@@ -214,7 +214,13 @@ fn assert_exact(bed: &Testbed, mirror: &str, topic: &str) -> u64 {
 }
 
 async fn source_topics(bed: &Testbed, prefix: &str, n: usize) -> Vec<String> {
-    create_topics(bed, (0..n).map(|i| unique_name(&format!("{prefix}-{i}"))).collect()).await
+    create_topics(
+        bed,
+        (0..n)
+            .map(|i| unique_name(&format!("{prefix}-{i}")))
+            .collect(),
+    )
+    .await
 }
 
 async fn create_topics(bed: &Testbed, topics: Vec<String>) -> Vec<String> {

@@ -1,6 +1,7 @@
 //! One process, several topics: each topic's partitions run in their own replication thread
-//! (their own clients, cursor and stop), so that a stop of one topic — a foreign write, a
-//! refused record, a source that went away — leaves the others copying. SIGTERM stops them all.
+//! (their own copy clients, cursor and stop), so that a stop of one topic — a foreign write, a
+//! refused record, a source that went away — leaves the others copying; the lease hub, the
+//! state-topic producer and the source admin client are shared. SIGTERM stops them all.
 //! Topics start a few at a time ([`START_CONCURRENCY`]). The process is ready once every topic
 //! started and while every running topic is ready, alive while every running topic is; it ends
 //! when every topic ended, with the most serious outcome among them.

@@ -177,6 +177,7 @@ pub async fn run(
     .predicate_filter(beyond_status, Default::default());
     ctx.share_mirror_store(mirror_store);
     let pool_topics = topic_store.clone();
+    let ended = ended_topics(&ctx, topic_store.clone());
     let topics = Controller::for_stream(topic_changes, topic_store.clone())
         .with_config(controller::Config::default().concurrency(RECONCILE_CONCURRENCY))
         .owns(
@@ -202,6 +203,7 @@ pub async fn run(
                     .collect::<Vec<_>>()
             },
         )
+        .reconcile_on(ended)
         .watches_stream(mirror_changes, move |cm| {
             topic_store
                 .state()
@@ -221,4 +223,31 @@ pub async fn run(
     let pools = crate::pool_pods::run(ctx.clone(), namespace.clone(), stop_rx);
 
     futures::join!(mirrors, topics, pools);
+}
+
+/// The `MirrorTopic`s whose fetcher recorded a final position, as the state caches read them:
+/// a stop inside a running pool process changes no pod, and its topic is reconciled at once
+/// rather than at its next steady look.
+fn ended_topics(
+    ctx: &Context,
+    topics: reflector::Store<MirrorTopic>,
+) -> impl futures::Stream<Item = ObjectRef<MirrorTopic>> + Send + 'static {
+    let rx = ctx.states.take_ended();
+    futures::stream::unfold(rx, |rx| async move {
+        let mut rx = rx?;
+        let ended = rx.recv().await?;
+        Some((ended, Some(rx)))
+    })
+    .flat_map(move |(mirror, topic)| {
+        let refs: Vec<ObjectRef<MirrorTopic>> = topics
+            .state()
+            .into_iter()
+            .filter(|t| {
+                t.spec.source_topic == topic
+                    && format!("{}/{}", t.namespace().unwrap_or_default(), t.spec.mirror) == mirror
+            })
+            .map(|t| ObjectRef::from(t.as_ref()))
+            .collect();
+        futures::stream::iter(refs)
+    })
 }

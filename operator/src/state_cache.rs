@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 
 use kmirror_state::fence::{Admission, Claim, Fences, claim_value, token_of};
 use kmirror_state::quiet::QuietEof;
-use kmirror_state::records::{PartitionRecords, PartitionStateRecord, RecordKind, StateKey};
+use kmirror_state::records::{
+    FetcherStatus, PartitionRecords, PartitionStateRecord, RecordKind, StateKey,
+};
 use kmirror_state::store::{StateWriter, UnitId, ensure_state_topic};
 use prometheus_client::metrics::gauge::Gauge;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -162,6 +164,7 @@ impl StateCache {
         topic: &str,
         health: Arc<TopicHealth>,
         cache: u64,
+        ended: tokio::sync::mpsc::UnboundedSender<Ended>,
     ) -> Result<Arc<StateCache>> {
         if let Err(e) = ensure_state_topic(config, topic) {
             health.set(cache, false);
@@ -200,7 +203,7 @@ impl StateCache {
         let topic = topic.to_string();
         std::thread::Builder::new()
             .name(format!("state-{topic}"))
-            .spawn(move || tail(consumer, &topic, weak, stop))
+            .spawn(move || tail(consumer, &topic, weak, stop, &ended))
             .map_err(|e| StateError(e.to_string()))?;
         Ok(cache)
     }
@@ -446,6 +449,17 @@ impl StateCache {
 
     /// Takes one record read from the topic: claims go to the fences, a superseded operator's
     /// records are ignored (and rewritten when this process holds the mirror), others apply.
+    /// Whether the unit of `key` holds a final position (stopped or failed).
+    fn position_ended(&self, key: &StateKey) -> bool {
+        let unit = (key.mirror.clone(), key.topic.clone(), key.partition);
+        self.units
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&unit)
+            .and_then(|r| r.position.as_ref())
+            .is_some_and(|p| p.status != FetcherStatus::Running)
+    }
+
     fn read(&self, key: &StateKey, message: &rdkafka::message::BorrowedMessage<'_>) {
         let admission = self.fences.lock().unwrap_or_else(|p| p.into_inner()).admit(
             key,
@@ -553,6 +567,7 @@ fn tail(
     topic: &str,
     cache: std::sync::Weak<StateCache>,
     stop: Arc<AtomicBool>,
+    ended: &tokio::sync::mpsc::UnboundedSender<Ended>,
 ) {
     let mut ends: HashMap<i32, i64> = HashMap::new();
     loop {
@@ -628,6 +643,9 @@ fn tail(
                     cache.read(&key, &m);
                     if key.kind == RecordKind::Position {
                         cache.changed.notify_waiters();
+                        if cache.loaded() && cache.position_ended(&key) {
+                            let _ = ended.send((key.mirror.clone(), key.topic.clone()));
+                        }
                     }
                 }
                 if let Some(&end) = ends.get(&m.partition())
@@ -644,14 +662,41 @@ fn tail(
     }
 }
 
+/// A topic whose fetcher recorded a final position (stopped or failed): `(mirror, source
+/// topic)`, the mirror as `namespace/name`.
+pub type Ended = (String, String);
+
 /// State caches by (destination configuration, topic).
-#[derive(Default)]
 pub struct StateCaches {
     caches: Mutex<HashMap<(u64, String), Arc<StateCache>>>,
     health: Mutex<HashMap<String, Arc<TopicHealth>>>,
+    ended: tokio::sync::mpsc::UnboundedSender<Ended>,
+    ended_rx: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<Ended>>>,
+}
+
+impl Default for StateCaches {
+    fn default() -> StateCaches {
+        let (ended, rx) = tokio::sync::mpsc::unbounded_channel();
+        StateCaches {
+            caches: Mutex::default(),
+            health: Mutex::default(),
+            ended,
+            ended_rx: Mutex::new(Some(rx)),
+        }
+    }
 }
 
 impl StateCaches {
+    /// The topics whose fetcher recorded a final position, as the caches read them (once: the
+    /// controller that reconciles them takes it). A stop inside a running pool process changes
+    /// no pod: this is how its topic hears of it before its next steady look.
+    pub fn take_ended(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<Ended>> {
+        self.ended_rx
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+    }
+
     /// The cache of `topic` on the destination identified by `key` (its configuration hash);
     /// its availability goes to `metrics`.
     pub async fn get(
@@ -685,9 +730,9 @@ impl StateCaches {
                 })
             })
             .clone();
-        let (config, t) = (config.clone(), topic.to_string());
+        let (config, t, ended) = (config.clone(), topic.to_string(), self.ended.clone());
         let cache =
-            tokio::task::spawn_blocking(move || StateCache::start(&config, &t, health, key))
+            tokio::task::spawn_blocking(move || StateCache::start(&config, &t, health, key, ended))
                 .await
                 .map_err(|e| StateError(e.to_string()))??;
         let mut caches = self.caches.lock().unwrap_or_else(|p| p.into_inner());

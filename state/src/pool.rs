@@ -120,8 +120,7 @@ mod tests {
             assert_eq!(total, all.len(), "each unit on exactly one pod");
             // A topic of 10 partitions is one slice: on one pod.
             for topic in 0..500 {
-                let pods_of_topic: std::collections::BTreeSet<_> = all
-                    [topic * 10..topic * 10 + 10]
+                let pods_of_topic: std::collections::BTreeSet<_> = all[topic * 10..topic * 10 + 10]
                     .iter()
                     .map(|u| pod_of(u, pods))
                     .collect();
@@ -133,8 +132,7 @@ mod tests {
         let by_pod = assign(&big, 4);
         assert!(by_pod.len() >= 3, "{:?}", by_pod.keys());
         for slice in big.chunks(SLICE_PARTITIONS as usize) {
-            let pods: std::collections::BTreeSet<_> =
-                slice.iter().map(|u| pod_of(u, 4)).collect();
+            let pods: std::collections::BTreeSet<_> = slice.iter().map(|u| pod_of(u, 4)).collect();
             assert_eq!(pods.len(), 1, "a slice stays together");
         }
     }

@@ -93,11 +93,9 @@ impl Shared {
             .cloned()
             .collect();
         let arrived = Instant::now();
-        let taken = self.lock().granted(
-            grant.seq,
-            &own,
-            Duration::from_millis(grant.duration_ms),
-        );
+        let taken = self
+            .lock()
+            .granted(grant.seq, &own, Duration::from_millis(grant.duration_ms));
         // A renewal: every unit granted again.
         if taken && own.len() == self.units.len() {
             *lock(&self.last_renewal) = Some(arrived);
@@ -149,13 +147,14 @@ impl Hub {
         identity: Identity,
         duration: Duration,
     ) -> Result<Arc<Hub>, Stop> {
-        type Key = (String, String, Identity);
+        type Key = (Vec<(String, String)>, String, Identity);
         static HUBS: OnceLock<Mutex<HashMap<Key, Arc<Hub>>>> = OnceLock::new();
         let key = (
             destination
-                .get("bootstrap.servers")
-                .unwrap_or_default()
-                .to_string(),
+                .config_map()
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
             topic.to_string(),
             identity.clone(),
         );
@@ -400,8 +399,7 @@ impl LeaseHolder {
     /// Stops renewing; with `release`, gives the units back (only when everything produced is
     /// confirmed: nothing of this process can land any more).
     pub(super) fn end(self, release: bool) {
-        self.hub
-            .leave(&self.shared, release && !self.lapsed());
+        self.hub.leave(&self.shared, release && !self.lapsed());
     }
 }
 
@@ -416,7 +414,10 @@ mod tests {
                 Duration::from_secs(5),
                 1,
             )),
-            units: partitions.iter().map(|p| LeaseUnit::new(topic, *p)).collect(),
+            units: partitions
+                .iter()
+                .map(|p| LeaseUnit::new(topic, *p))
+                .collect(),
             lapsed: AtomicBool::new(false),
             last_renewal: Mutex::new(None),
             producer: Mutex::new(None),

@@ -204,6 +204,9 @@ fn grant(
 #[derive(Default)]
 pub struct Grantors {
     grantors: Mutex<HashMap<(u64, String), Arc<Grantor>>>,
+    /// Held while a grantor starts: concurrent reconciles of a new mirror start one, not one
+    /// each (every extra one opened the lease topic and read it back before it was dropped).
+    starting: tokio::sync::Mutex<()>,
 }
 
 impl Grantors {
@@ -216,13 +219,19 @@ impl Grantors {
         state_topic: &str,
     ) -> Result<Arc<Grantor>, LeaseTopicError> {
         let k = (key, state_topic.to_string());
-        if let Some(g) = self
-            .grantors
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&k)
-        {
-            return Ok(g.clone());
+        let started = || {
+            self.grantors
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(&k)
+                .cloned()
+        };
+        if let Some(g) = started() {
+            return Ok(g);
+        }
+        let _starting = self.starting.lock().await;
+        if let Some(g) = started() {
+            return Ok(g);
         }
         let (config, t) = (config.clone(), state_topic.to_string());
         let grantor = tokio::task::spawn_blocking(move || Grantor::start(&config, &t))

@@ -54,8 +54,9 @@ pub struct Spec<'a> {
 pub const UNSETTLED_REQUEUE: Duration = Duration::from_secs(5);
 
 /// Steady reconciles per second of all topics together at most: with hundreds of topics the
-/// steady look of each spaces out (state changes, pods and spec changes still reconcile at once).
-pub const STEADY_RECONCILES_PER_SECOND: f64 = 10.0;
+/// steady look of each spaces out (lifecycle transitions, a fetcher's final position, pod and
+/// spec changes still reconcile at once). 500 topics: each looked at every 100 s.
+pub const STEADY_RECONCILES_PER_SECOND: f64 = 5.0;
 
 /// The steady requeue for a progress interval and `topics` topics in all: that interval, within
 /// 1–30 s, or longer so that all topics together look at most
@@ -72,13 +73,14 @@ pub fn steady_requeue(progress_interval: Duration, topics: usize) -> Duration {
 fn steady_looks_follow_the_progress_interval_and_space_out_with_many_topics() {
     let s = Duration::from_secs;
     assert_eq!(steady_requeue(s(10), 8), s(10));
-    assert_eq!(steady_requeue(s(0), 8), s(1));
+    assert_eq!(steady_requeue(s(0), 4), s(1));
     assert_eq!(steady_requeue(s(60), 8), s(30));
-    assert_eq!(steady_requeue(s(10), 100), s(10));
+    assert_eq!(steady_requeue(s(10), 50), s(10));
+    assert_eq!(steady_requeue(s(10), 100), s(20));
     assert_eq!(
         steady_requeue(s(10), 500),
-        s(50),
-        "500 topics: 10 looks a second"
+        s(100),
+        "500 topics: 5 looks a second"
     );
 }
 
@@ -542,7 +544,8 @@ pub fn plan(o: &Observation, spec: &Spec<'_>) -> Plan {
         && o.pods.values().all(|p| !p.terminating)
         && pool_demand.as_ref().is_none_or(|d| d.restart.is_empty());
     let mut report = Report::default();
-    let mut requeue = Duration::from_secs(30);
+    // Settled topics look again every 30 s, less often when there are many (the steady cap).
+    let mut requeue = spec.steady_requeue.max(Duration::from_secs(30));
     for &p in &partitions {
         let d = &decisions[&p];
         let r = records.get(&p).cloned().unwrap_or_default();

@@ -5,7 +5,7 @@
 //! written with the admin API on the clusters' admin clients (no consumer per group); a group
 //! that fails is reported and the others are synced regardless.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use kmirror_crds::filter::Selector;
@@ -168,16 +168,20 @@ fn sync_group(
     group: &str,
     watermarks: &mut BTreeMap<(String, i32), (i64, i64)>,
 ) -> std::result::Result<GroupOutcome, String> {
-    let mut tpl = TopicPartitionList::new();
-    for plan in plans {
-        for p in &plan.partitions {
-            tpl.add_partition(&plan.source, *p);
-        }
-    }
-    let committed = list_group_offsets(source.admin.inner(), group, &tpl, TIMEOUT)
+    // Everything the group committed, then what of it is mirrored: asked for every mirrored
+    // partition (thousands), each answer costs the client a search of the asked list.
+    let committed = list_group_offsets(source.admin.inner(), group, None, TIMEOUT)
         .map_err(|e| format!("reading its offsets on the source: {e}"))?;
+    let by_source: HashMap<&str, &TopicPlan> =
+        plans.iter().map(|p| (p.source.as_str(), p)).collect();
     let mut target = TopicPartitionList::new();
     for e in &committed {
+        let Some(plan) = by_source
+            .get(e.topic.as_str())
+            .filter(|p| p.partitions.contains(&e.partition))
+        else {
+            continue;
+        };
         if let Some((_, why)) = &e.error {
             return Err(format!(
                 "reading its offset of {}[{}] on the source: {why}",
@@ -185,9 +189,6 @@ fn sync_group(
             ));
         }
         let Some(offset) = e.offset else {
-            continue;
-        };
-        let Some(plan) = plans.iter().find(|p| p.source == e.topic) else {
             continue;
         };
         let partition = e.partition;
@@ -222,7 +223,7 @@ fn sync_group(
     if described.groups().iter().any(|g| !g.members().is_empty()) {
         return Ok(GroupOutcome::Active);
     }
-    let current = list_group_offsets(destination.admin.inner(), group, &target, TIMEOUT)
+    let current = list_group_offsets(destination.admin.inner(), group, Some(&target), TIMEOUT)
         .map_err(|e| format!("reading its offsets on the destination: {e}"))?;
     let same = target.elements().iter().all(|t| {
         current.iter().any(|c| {

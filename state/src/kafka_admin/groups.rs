@@ -25,17 +25,20 @@ pub struct GroupOffset {
     pub error: Option<(RDKafkaErrorCode, String)>,
 }
 
-/// The committed offsets of `group` on `partitions` (the offsets in `partitions` are ignored).
+/// The committed offsets of `group` on `partitions` (the offsets in `partitions` are ignored;
+/// `None`: every partition the group committed — librdkafka matches each answered partition
+/// against the asked list one by one, so asking thousands of partitions per group is quadratic).
 pub fn list_group_offsets<C: ClientContext>(
     client: &Client<C>,
     group: &str,
-    partitions: &TopicPartitionList,
+    partitions: Option<&TopicPartitionList>,
     timeout: Duration,
 ) -> Result<Vec<GroupOffset>, AdminError> {
     let name = c_string(group)?;
-    // SAFETY: group and list live for the call; librdkafka copies both into the request.
-    let request =
-        unsafe { sys::rd_kafka_ListConsumerGroupOffsets_new(name.as_ptr(), partitions.ptr()) };
+    let list = partitions.map_or(std::ptr::null(), |p| p.ptr().cast_const());
+    // SAFETY: group and list live for the call; librdkafka copies both into the request (a
+    // null list: every partition the group committed).
+    let request = unsafe { sys::rd_kafka_ListConsumerGroupOffsets_new(name.as_ptr(), list) };
     if request.is_null() {
         return Err(AdminError::InvalidArgument(format!(
             "offsets request for group {group}"
