@@ -26,7 +26,9 @@ use crate::error::KafkaError;
 use crate::failback::plan::{self as failback_plan, SourceIds};
 use crate::failover::{Finish, lmo_record, lmo_recorded};
 use crate::leases::ledger::Holder;
-use crate::lifecycle::{Decision, Observed, SourceObservation, decide, settled_state};
+use crate::lifecycle::{
+    Decision, FailbackGate, Observed, SourceObservation, decide, settled_state,
+};
 use crate::pods::{FetcherPod, fnv1a, group_of, groups, partitions_per_pod, pod_name};
 use crate::pool::demand::TopicDemand;
 use crate::pool::pod::pool_pod_name;
@@ -180,6 +182,11 @@ impl Plan {
 /// A jitter factor in [0, 1), stable per partition and attempt.
 fn jitter(partition: i32, attempt: i32) -> f64 {
     (fnv1a(format!("{partition}/{attempt}").as_bytes()) % 1000) as f64 / 1000.0
+}
+
+/// Whether the destination topic was described with partition `p`.
+fn destination_shows(o: &Observation, p: i32) -> bool {
+    matches!(o.destination, DestinationTopic::Present(n) if (p.max(0) as usize) < n)
 }
 
 fn destination_change(o: &Observation, source: SourceObservation) -> Option<TopicChange> {
@@ -345,7 +352,16 @@ pub fn plan(o: &Observation, spec: &Spec<'_>) -> Plan {
             retry_requested: o.retry_token.is_some()
                 && state.is_some_and(|s| s.retry_attempt < 0 && s.retry_token != o.retry_token),
             jitter: jitter(p, state.map_or(0, |s| s.retry_attempt)),
-            failback: failback.gates.get(&p).cloned().unwrap_or_default(),
+            failback: match failback.gates.get(&p).cloned().unwrap_or_default() {
+                // A fetcher started before the destination shows its partition fails at once
+                // (a topic created moments ago is not in every answer yet).
+                FailbackGate::Open if !destination_shows(o, p) => FailbackGate::Wait(
+                    "the destination topic does not show this partition yet; copying starts \
+                     once it does"
+                        .into(),
+                ),
+                gate => gate,
+            },
         };
         decisions.insert(p, decide(&observed));
     }

@@ -610,6 +610,29 @@ fn cases() -> Vec<Case> {
             },
         },
         Case {
+            name: "PREPARING waits while the destination does not show its partition yet",
+            given: Given {
+                source: Src::Present(2),
+                destination: Some(DestinationTopic::Present(1)),
+                parts: vec![part(0, Preparing), part(1, Preparing)],
+                ..Given::default()
+            },
+            want: Want {
+                topic: Some(TopicChange::Grow { from: 1, to: 2 }),
+                writes: vec![(0, Mirroring)],
+                events: vec!["PartitionMirroring"],
+                check: Some(|plan| {
+                    assert!(plan.create_pods.is_empty());
+                    let notes = plan.report.notes.join("; ");
+                    assert!(
+                        notes.contains("partition 1: the destination topic does not show this partition yet"),
+                        "{notes}"
+                    );
+                }),
+                ..Want::default()
+            },
+        },
+        Case {
             name: "MIRRORING without a pod gets its fetcher pod",
             given: Given {
                 parts: vec![part(0, Mirroring)],
