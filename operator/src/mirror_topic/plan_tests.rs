@@ -625,7 +625,9 @@ fn cases() -> Vec<Case> {
                     assert!(plan.create_pods.is_empty());
                     let notes = plan.report.notes.join("; ");
                     assert!(
-                        notes.contains("partition 1: the destination topic does not show this partition yet"),
+                        notes.contains(
+                            "partition 1: the destination topic does not show this partition yet"
+                        ),
                         "{notes}"
                     );
                 }),
