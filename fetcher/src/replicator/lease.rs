@@ -147,15 +147,10 @@ impl Hub {
         identity: Identity,
         duration: Duration,
     ) -> Result<Arc<Hub>, Stop> {
-        type Key = (Vec<(String, String)>, String, Identity);
+        type Key = (super::shared_clients::Key, Identity);
         static HUBS: OnceLock<Mutex<HashMap<Key, Arc<Hub>>>> = OnceLock::new();
         let key = (
-            destination
-                .config_map()
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-            topic.to_string(),
+            super::shared_clients::key(destination, topic),
             identity.clone(),
         );
         let mut hubs = lock(HUBS.get_or_init(Default::default));

@@ -1,5 +1,6 @@
 //! Clients the topics of one process share (the topics of a pool pod): the state-topic
-//! producer and the source admin client, one per cluster configuration. Each topic keeps its
+//! producer and the source admin client, one per cluster configuration (the lease hub is keyed
+//! the same way). Each topic keeps its
 //! own copy path, whose failures must stay its own.
 
 use std::collections::{BTreeMap, HashMap};
@@ -13,9 +14,9 @@ use rdkafka::client::DefaultClientContext;
 use super::stop::Stop;
 
 /// A cluster configuration and a topic, as a key.
-type Key = (BTreeMap<String, String>, String);
+pub(super) type Key = (BTreeMap<String, String>, String);
 
-fn key(config: &ClientConfig, topic: &str) -> Key {
+pub(super) fn key(config: &ClientConfig, topic: &str) -> Key {
     (
         config
             .config_map()
