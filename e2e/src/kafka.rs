@@ -358,18 +358,37 @@ pub fn produce_with_timestamps(config: &ClientConfig, topic: &str, records: &[(V
     producer.flush(Duration::from_secs(60)).expect("flush");
 }
 
-/// (log start, log end) of a partition.
+/// (log start, log end) of a partition. A broker that does not lead the partition yet (a topic
+/// created a moment ago, a leader moving) is asked again for up to 15 s: that is the broker
+/// settling, not an answer.
 pub fn watermarks(
     config: &ClientConfig,
     topic: &str,
     partition: i32,
 ) -> anyhow::Result<(i64, i64)> {
     use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::types::RDKafkaErrorCode;
     let consumer: BaseConsumer = config
         .clone()
         .set("group.id", "kmirror-e2e-watermarks")
         .create()?;
-    Ok(consumer.fetch_watermarks(topic, partition, Duration::from_secs(15))?)
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        match consumer.fetch_watermarks(topic, partition, Duration::from_secs(15)) {
+            Err(e)
+                if matches!(
+                    e.rdkafka_error_code(),
+                    Some(
+                        RDKafkaErrorCode::NotLeaderForPartition
+                            | RDKafkaErrorCode::LeaderNotAvailable
+                    )
+                ) && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            answer => return Ok(answer?),
+        }
+    }
 }
 
 /// Deletes records of a partition below `before`.
