@@ -8,7 +8,7 @@ use kmirror_crds::v1alpha1::FetcherEngine;
 use rdkafka::error::RDKafkaErrorCode;
 
 use crate::error::Cause;
-use crate::kafka::{self, TopicConfigs};
+use crate::kafka::{self, Creation, TopicConfigs};
 use crate::scope::MirrorScope;
 use crate::topic_configs::{self, Inputs};
 
@@ -55,14 +55,14 @@ async fn known_topic_configs(scope: &MirrorScope) -> BTreeSet<String> {
 }
 
 /// Creates the destination topic `topic` of `source_topic` with `partitions` (already existing
-/// is fine). A broker that refuses a timestamp bound it does not know gets the topic without
+/// is fine: [`Creation::Existed`]). A broker that refuses a timestamp bound it does not know gets the topic without
 /// the bounds, as its defaults have them.
 pub async fn create(
     scope: &MirrorScope,
     source_topic: &str,
     topic: &str,
     partitions: i32,
-) -> Result<(), Cause> {
+) -> Result<Creation, Cause> {
     let destination = &scope.destination;
     let mut configs = wanted(scope, source_topic, None).await?;
     let mut answer = kafka::create_topic_answer(destination, topic, partitions, &configs).await?;

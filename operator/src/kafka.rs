@@ -119,25 +119,36 @@ pub async fn topic_configs(
     Ok(describe_topic_configs(cluster, topic).await?.dynamic)
 }
 
+/// What a topic creation found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Creation {
+    /// The broker created the topic.
+    Created,
+    /// The topic existed already (a reconcile whose describe did not see it yet, or a deletion
+    /// not yet settled).
+    Existed,
+}
+
 /// Creates a topic (already existing is fine).
 pub async fn create_topic(
     cluster: &Arc<Cluster>,
     topic: &str,
     partitions: i32,
     configs: &BTreeMap<String, String>,
-) -> Result<()> {
+) -> Result<Creation> {
     create_topic_answer(cluster, topic, partitions, configs)
         .await?
         .map_err(|code| cluster.error(format!("creating topic {topic}: {code:?}")))
 }
 
-/// Creates a topic; `Ok(Err(code))`: the broker refused it (already existing is fine).
+/// Creates a topic; `Ok(Err(code))`: the broker refused it (already existing is not a refusal:
+/// [`Creation::Existed`]).
 pub async fn create_topic_answer(
     cluster: &Arc<Cluster>,
     topic: &str,
     partitions: i32,
     configs: &BTreeMap<String, String>,
-) -> Result<std::result::Result<(), RDKafkaErrorCode>> {
+) -> Result<std::result::Result<Creation, RDKafkaErrorCode>> {
     let mut new = NewTopic::new(topic, partitions, TopicReplication::Fixed(-1));
     for (k, v) in configs {
         new = new.set(k, v);
@@ -147,13 +158,15 @@ pub async fn create_topic_answer(
         .create_topics([&new], &options())
         .await
         .map_err(|e| cluster.error(format!("creating topic {topic}: {e}")))?;
+    let mut creation = Creation::Created;
     for r in results {
         match r {
-            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Ok(_) => {}
+            Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => creation = Creation::Existed,
             Err((_, code)) => return Ok(Err(code)),
         }
     }
-    Ok(Ok(()))
+    Ok(Ok(creation))
 }
 
 /// Grows a topic to `partitions`.

@@ -314,7 +314,21 @@ async fn recreate_destination(
         )
         .await
         {
-            Ok(()) => break,
+            Ok(kafka::Creation::Created) => break,
+            // The deleted topic is still there for the controller: creating it now would keep
+            // the diverged records.
+            Ok(kafka::Creation::Existed) if attempt < 20 => {
+                attempt += 1;
+                tracing::debug!("recreating {topic}: the deletion has not settled yet");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Ok(kafka::Creation::Existed) => {
+                return Err(destination
+                    .error(format!(
+                        "topic {topic} still exists 10s after its deletion was visible"
+                    ))
+                    .into());
+            }
             Err(e) if attempt < 20 => {
                 attempt += 1;
                 tracing::debug!(error = %e, "recreating {topic}: retrying");

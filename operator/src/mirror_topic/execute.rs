@@ -30,9 +30,17 @@ async fn change_destination_topic(
     let topic = mt.destination_topic();
     match change {
         TopicChange::Create { partitions } => {
-            destination_topic::create(scope, &mt.spec.source_topic, topic, partitions as i32)
-                .await?;
-            tracing::info!(topic, partitions, "created the destination topic");
+            match destination_topic::create(scope, &mt.spec.source_topic, topic, partitions as i32)
+                .await?
+            {
+                kafka::Creation::Created => {
+                    tracing::info!(topic, partitions, "created the destination topic")
+                }
+                // An earlier reconcile created it; the destination's answers do not show it yet.
+                kafka::Creation::Existed => {
+                    tracing::debug!(topic, "the destination topic exists already")
+                }
+            }
         }
         TopicChange::Grow { from, to } => {
             kafka::add_partitions(&scope.destination, topic, to).await?;
