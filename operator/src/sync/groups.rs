@@ -3,9 +3,11 @@
 //! destination's log start/end, and committed on the destination without a leader epoch.
 //! Groups with active members on the destination are skipped and reported. Offsets are read and
 //! written with the admin API on the clusters' admin clients (no consumer per group); a group
-//! that fails is reported and the others are synced regardless.
+//! that fails is reported and the others are synced regardless. A few groups are synced at once.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use kmirror_crds::filter::Selector;
@@ -23,6 +25,17 @@ use crate::scope::MirrorScope;
 use crate::state_cache::StateCache;
 
 const TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Groups synced at once (each group is a few round trips to each cluster, most of a round's
+/// time is waiting for them).
+const GROUP_WORKERS: usize = 4;
+
+/// (log start, log end) of destination partitions, by (topic, partition), read once per round.
+type Watermarks = Mutex<BTreeMap<(String, i32), (i64, i64)>>;
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
 
 /// One mirrored topic as the group sync sees it.
 #[derive(Clone, Debug)]
@@ -143,10 +156,36 @@ pub fn sync_blocking(
         .map(|g| g.name().to_string())
         .filter(|g| selector.matches(g) && !g.starts_with("kmirror-"))
         .collect();
+    let names: Vec<String> = names.into_iter().collect();
+    let next = AtomicUsize::new(0);
+    let watermarks: Watermarks = Mutex::new(BTreeMap::new());
+    let mut outcomes: Vec<(String, std::result::Result<GroupOutcome, String>)> =
+        std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..GROUP_WORKERS.min(names.len()))
+                .map(|_| {
+                    scope.spawn(|| {
+                        let mut done = Vec::new();
+                        loop {
+                            let i = next.fetch_add(1, Ordering::Relaxed);
+                            let Some(group) = names.get(i) else {
+                                return done;
+                            };
+                            let outcome =
+                                sync_group(source, destination, plans, group, &watermarks);
+                            done.push((group.clone(), outcome));
+                        }
+                    })
+                })
+                .collect();
+            workers
+                .into_iter()
+                .flat_map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                .collect()
+        });
+    outcomes.sort_by(|a, b| a.0.cmp(&b.0));
     let mut report = GroupReport::default();
-    let mut watermarks: BTreeMap<(String, i32), (i64, i64)> = BTreeMap::new();
-    for group in names {
-        match sync_group(source, destination, plans, &group, &mut watermarks) {
+    for (group, outcome) in outcomes {
+        match outcome {
             Ok(GroupOutcome::Synced) => report.synced.push(group),
             Ok(GroupOutcome::Unchanged) => report.unchanged += 1,
             Ok(GroupOutcome::Active) => report.active.push(group),
@@ -160,13 +199,14 @@ pub fn sync_blocking(
     Ok(report)
 }
 
-/// Syncs one group's offsets (the log ends of destination partitions are read once per run).
+/// Syncs one group's offsets (the log ends of destination partitions are read once per run,
+/// shared by the workers).
 fn sync_group(
     source: &Cluster,
     destination: &Cluster,
     plans: &[TopicPlan],
     group: &str,
-    watermarks: &mut BTreeMap<(String, i32), (i64, i64)>,
+    watermarks: &Watermarks,
 ) -> std::result::Result<GroupOutcome, String> {
     // Everything the group committed, then what of it is mirrored: asked for every mirrored
     // partition (thousands), each answer costs the client a search of the asked list.
@@ -193,21 +233,27 @@ fn sync_group(
         };
         let partition = e.partition;
         let key = (plan.destination.clone(), partition);
-        if !watermarks.contains_key(&key) {
-            let w = destination
-                .admin
-                .inner()
-                .fetch_watermarks(&plan.destination, partition, TIMEOUT)
-                .map_err(|err| {
-                    format!(
-                        "offsets of {}[{partition}] on the destination: {err}",
-                        plan.destination
-                    )
-                })?;
-            watermarks.insert(key.clone(), w);
-        }
+        let known = lock(watermarks).get(&key).copied();
+        let bounds = match known {
+            Some(w) => w,
+            // Asked outside the lock (two workers may ask the same partition once each).
+            None => {
+                let w = destination
+                    .admin
+                    .inner()
+                    .fetch_watermarks(&plan.destination, partition, TIMEOUT)
+                    .map_err(|err| {
+                        format!(
+                            "offsets of {}[{partition}] on the destination: {err}",
+                            plan.destination
+                        )
+                    })?;
+                lock(watermarks).insert(key, w);
+                w
+            }
+        };
         let map = plan.maps.get(&partition).cloned().unwrap_or_default();
-        let translated = translate(&map, offset, watermarks[&key]);
+        let translated = translate(&map, offset, bounds);
         target
             .add_partition_offset(&plan.destination, partition, Offset::Offset(translated))
             .map_err(|err| err.to_string())?;
