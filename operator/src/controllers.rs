@@ -242,10 +242,7 @@ fn ended_topics(
         let refs: Vec<ObjectRef<MirrorTopic>> = topics
             .state()
             .into_iter()
-            .filter(|t| {
-                t.spec.source_topic == topic
-                    && format!("{}/{}", t.namespace().unwrap_or_default(), t.spec.mirror) == mirror
-            })
+            .filter(|t| t.spec.source_topic == topic && t.mirror_key() == mirror)
             .map(|t| ObjectRef::from(t.as_ref()))
             .collect();
         futures::stream::iter(refs)

@@ -55,8 +55,8 @@ async fn known_topic_configs(scope: &MirrorScope) -> BTreeSet<String> {
 }
 
 /// Creates the destination topic `topic` of `source_topic` with `partitions` (already existing
-/// is fine: [`Creation::Existed`]). A broker that refuses a timestamp bound it does not know gets the topic without
-/// the bounds, as its defaults have them.
+/// is fine: [`Creation::Existed`]). A broker that refuses a timestamp bound it does not know
+/// gets the topic without the bounds, as its defaults have them.
 pub async fn create(
     scope: &MirrorScope,
     source_topic: &str,

@@ -447,8 +447,6 @@ impl StateCache {
         Ok(())
     }
 
-    /// Takes one record read from the topic: claims go to the fences, a superseded operator's
-    /// records are ignored (and rewritten when this process holds the mirror), others apply.
     /// Whether the unit of `key` holds a final position (stopped or failed).
     fn position_ended(&self, key: &StateKey) -> bool {
         let unit = (key.mirror.clone(), key.topic.clone(), key.partition);
@@ -460,6 +458,8 @@ impl StateCache {
             .is_some_and(|p| p.status != FetcherStatus::Running)
     }
 
+    /// Takes one record read from the topic: claims go to the fences, a superseded operator's
+    /// records are ignored (and rewritten when this process holds the mirror), others apply.
     fn read(&self, key: &StateKey, message: &rdkafka::message::BorrowedMessage<'_>) {
         let admission = self.fences.lock().unwrap_or_else(|p| p.into_inner()).admit(
             key,

@@ -5,7 +5,7 @@
 //! written with the admin API on the clusters' admin clients (no consumer per group); a group
 //! that fails is reported and the others are synced regardless. A few groups are synced at once.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -32,10 +32,6 @@ const GROUP_WORKERS: usize = 4;
 
 /// (log start, log end) of destination partitions, by (topic, partition), read once per round.
 type Watermarks = Mutex<BTreeMap<(String, i32), (i64, i64)>>;
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
 
 /// One mirrored topic as the group sync sees it.
 #[derive(Clone, Debug)]
@@ -150,13 +146,14 @@ pub fn sync_blocking(
         .inner()
         .fetch_group_list(None, TIMEOUT)
         .map_err(|e| format!("listing source groups: {e}"))?;
-    let names: BTreeSet<String> = groups
+    let mut names: Vec<String> = groups
         .groups()
         .iter()
         .map(|g| g.name().to_string())
         .filter(|g| selector.matches(g) && !g.starts_with("kmirror-"))
         .collect();
-    let names: Vec<String> = names.into_iter().collect();
+    names.sort();
+    names.dedup();
     let next = AtomicUsize::new(0);
     let watermarks: Watermarks = Mutex::new(BTreeMap::new());
     let mut outcomes: Vec<(String, std::result::Result<GroupOutcome, String>)> =
@@ -208,8 +205,8 @@ fn sync_group(
     group: &str,
     watermarks: &Watermarks,
 ) -> std::result::Result<GroupOutcome, String> {
-    // Everything the group committed, then what of it is mirrored: asked for every mirrored
-    // partition (thousands), each answer costs the client a search of the asked list.
+    // Everything the group committed, then what of it is mirrored (asking for the mirrored
+    // partitions instead — thousands — costs the client a search of that list per answer).
     let committed = list_group_offsets(source.admin.inner(), group, None, TIMEOUT)
         .map_err(|e| format!("reading its offsets on the source: {e}"))?;
     let by_source: HashMap<&str, &TopicPlan> =
@@ -233,7 +230,11 @@ fn sync_group(
         };
         let partition = e.partition;
         let key = (plan.destination.clone(), partition);
-        let known = lock(watermarks).get(&key).copied();
+        let known = watermarks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&key)
+            .copied();
         let bounds = match known {
             Some(w) => w,
             // Asked outside the lock (two workers may ask the same partition once each).
@@ -248,7 +249,10 @@ fn sync_group(
                             plan.destination
                         )
                     })?;
-                lock(watermarks).insert(key, w);
+                watermarks
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(key, w);
                 w
             }
         };
