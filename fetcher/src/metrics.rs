@@ -60,6 +60,10 @@ pub struct FetcherMetrics {
     /// Batch engine: source batches whose records were re-encoded (old formats, compacted or
     /// partly read batches, too large, LogAppendTime onto CreateTime).
     pub batches_reencoded: Family<PartitionLabels, Counter>,
+    /// How long a source transaction has held the partition's last stable offset (0: none
+    /// open): the mirror waits for it — not a fault, until it lasts far longer than the source's
+    /// transactions should.
+    pub transaction_open_seconds: Family<PartitionLabels, Gauge<f64, AtomicU64>>,
 }
 
 impl Default for FetcherMetrics {
@@ -83,6 +87,12 @@ impl FetcherMetrics {
         let data_loss_records = Family::<PartitionLabels, Counter>::default();
         let batches_passed = Family::<PartitionLabels, Counter>::default();
         let batches_reencoded = Family::<PartitionLabels, Counter>::default();
+        let transaction_open_seconds = Family::<PartitionLabels, Gauge<f64, AtomicU64>>::default();
+        registry.register(
+            "source_transaction_open_seconds",
+            "How long an open source transaction has held the last stable offset (0: none)",
+            transaction_open_seconds.clone(),
+        );
         registry.register(
             "batches_passed",
             "Batch engine: source record batches produced as they are",
@@ -151,6 +161,7 @@ impl FetcherMetrics {
             data_loss_records,
             batches_passed,
             batches_reencoded,
+            transaction_open_seconds,
         }
     }
 

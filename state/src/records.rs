@@ -308,6 +308,15 @@ pub struct PositionRecord {
     /// Source high watermark the fetcher last saw.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_high_watermark: Option<i64>,
+    /// Source last stable offset the fetcher last saw, when it reads committed records only:
+    /// the end it can copy up to, and what lag is measured against (absent: the high
+    /// watermark is that end).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_last_stable_offset: Option<i64>,
+    /// A source transaction that has held the last stable offset below the high watermark for
+    /// a while: the partition waits for it, which is not a fault.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub open_transaction: Option<OpenTransaction>,
     /// Next source offset including offsets the consumer skipped (transaction markers, aborted
     /// records) once everything before them is on the destination; lag is measured from it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -336,6 +345,27 @@ pub struct PositionRecord {
     pub data_loss: Option<DataLossRecord>,
     /// Milliseconds since the epoch.
     pub updated_at_ms: i64,
+}
+
+/// An open source transaction that holds a partition's last stable offset: records from
+/// `fromOffset` on are not readable (read_committed) until it commits or aborts.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct OpenTransaction {
+    /// The last stable offset it holds: the first offset of the open transaction.
+    pub from_offset: i64,
+    /// Since when the last stable offset has stood there (the fetcher's first sight of it),
+    /// milliseconds since the epoch.
+    pub since_ms: i64,
+}
+
+impl PositionRecord {
+    /// The end a reader of this fetcher's isolation can copy up to: the last stable offset
+    /// when known, else the high watermark.
+    pub fn readable_end(&self) -> Option<i64> {
+        self.source_last_stable_offset
+            .or(self.source_high_watermark)
+    }
 }
 
 /// Source records deleted before they were mirrored and skipped by policy.

@@ -1,6 +1,7 @@
 //! The client of one cluster: one connection per broker (opened on first use, replaced when it
 //! breaks), cluster metadata refreshed when it is old, marked stale, or a broker says leadership
-//! moved, and routing of partition requests to their leaders.
+//! moved, and routing of partition requests to their leaders. A client can be fenced for good
+//! ([`Client::fence`]): every connection is closed abortively and nothing more is written.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,7 +13,7 @@ use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
 use crate::config::WireConfig;
-use crate::connection::Connection;
+use crate::connection::{Connection, Fence};
 use crate::error::{KafkaCode, WireError};
 use crate::metadata::{ClusterMetadata, TopicMetadata};
 use crate::oauth::TokenSource;
@@ -30,6 +31,7 @@ struct Inner {
     topics: Mutex<BTreeSet<String>>,
     stale: AtomicBool,
     refreshing: tokio::sync::Mutex<()>,
+    fence: Fence,
 }
 
 /// A Kafka client for one cluster. Clones share connections and metadata.
@@ -41,6 +43,14 @@ pub struct Client {
 /// Where a partition's requests go.
 pub(crate) struct Route {
     pub conn: Arc<Connection>,
+    pub leader_epoch: i32,
+    pub topic_id: Uuid,
+}
+
+/// A partition's leader as the metadata says, before any connection to it.
+#[derive(Debug, Clone)]
+pub(crate) struct Leader {
+    pub address: String,
     pub leader_epoch: i32,
     pub topic_id: Uuid,
 }
@@ -69,6 +79,7 @@ impl Client {
                 topics: Mutex::new(BTreeSet::new()),
                 stale: AtomicBool::new(true),
                 refreshing: tokio::sync::Mutex::new(()),
+                fence: Fence::default(),
             }),
         };
         client.refresh_metadata(&[]).await?;
@@ -99,8 +110,46 @@ impl Client {
         self.inner.stale.store(true, Ordering::Relaxed);
     }
 
+    /// Fences the client for good: nothing more is written by it — every open connection is
+    /// closed abortively (the kernel drops what it had not sent), requests already queued are not
+    /// written, and no new connection is opened. For a writer whose right to write ended.
+    pub fn fence(&self) {
+        self.inner.fence.set();
+        let slots: Vec<Slot> = self
+            .inner
+            .slots
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        for slot in slots {
+            // A slot locked by a connect in progress: that connect checks the fence when done.
+            if let Ok(conn) = slot.try_lock()
+                && let Some(conn) = conn.as_ref()
+            {
+                conn.abort("the client was fenced");
+            }
+        }
+    }
+
+    /// Whether [`Client::fence`] was called.
+    pub fn is_fenced(&self) -> bool {
+        self.inner.fence.is_set()
+    }
+
+    fn fenced(&self, broker: &str) -> WireError {
+        WireError::Fenced {
+            broker: broker.to_string(),
+            api: "request",
+        }
+    }
+
     /// A connection to `address`, reused while it works.
     pub(crate) async fn connection(&self, address: &str) -> Result<Arc<Connection>, WireError> {
+        if self.is_fenced() {
+            return Err(self.fenced(address));
+        }
         let slot = self
             .inner
             .slots
@@ -126,9 +175,15 @@ impl Client {
                 &self.inner.config,
                 self.inner.tls.as_ref(),
                 self.inner.tokens.as_ref(),
+                &self.inner.fence,
             )
             .await?,
         );
+        // Fenced while connecting: this connection is never used.
+        if self.is_fenced() {
+            conn.abort("the client was fenced");
+            return Err(self.fenced(address));
+        }
         *slot = Some(conn.clone());
         Ok(conn)
     }
@@ -240,13 +295,13 @@ impl Client {
         Ok(t.clone())
     }
 
-    /// The connection to the leader of `topic`-`partition`, with the leader epoch and topic id;
-    /// `Err(code)` when no leader is known even after a refresh.
-    pub(crate) async fn route(
+    /// The leader of `topic`-`partition` as the metadata says (refreshed once when it knows
+    /// none); `Err(code)` when no leader is known even after a refresh. Opens no connection.
+    pub(crate) async fn leader(
         &self,
         topic: &str,
         partition: i32,
-    ) -> Result<Result<Route, KafkaCode>, WireError> {
+    ) -> Result<Result<Leader, KafkaCode>, WireError> {
         let mut refreshed = false;
         loop {
             let t = self.topic(topic).await?;
@@ -257,21 +312,11 @@ impl Client {
                 Some(p) => match meta.brokers.get(&p.leader) {
                     None => KafkaCode::LEADER_NOT_AVAILABLE,
                     Some(broker) => {
-                        let address = broker.address();
-                        match self.connection(&address).await {
-                            Ok(conn) => {
-                                return Ok(Ok(Route {
-                                    conn,
-                                    leader_epoch: p.leader_epoch,
-                                    topic_id: t.id,
-                                }));
-                            }
-                            Err(e) => {
-                                // The leader may have moved off a broker that went away.
-                                self.mark_stale();
-                                return Err(e);
-                            }
-                        }
+                        return Ok(Ok(Leader {
+                            address: broker.address(),
+                            leader_epoch: p.leader_epoch,
+                            topic_id: t.id,
+                        }));
                     }
                 },
             };
@@ -280,6 +325,35 @@ impl Client {
             }
             self.mark_stale();
             refreshed = true;
+        }
+    }
+
+    /// A connection to `leader`; a failure marks the metadata stale (the leader may have moved
+    /// off a broker that went away).
+    pub(crate) async fn connect_to(&self, leader: &Leader) -> Result<Route, WireError> {
+        match self.connection(&leader.address).await {
+            Ok(conn) => Ok(Route {
+                conn,
+                leader_epoch: leader.leader_epoch,
+                topic_id: leader.topic_id,
+            }),
+            Err(e) => {
+                self.mark_stale();
+                Err(e)
+            }
+        }
+    }
+
+    /// The connection to the leader of `topic`-`partition`, with the leader epoch and topic id;
+    /// `Err(code)` when no leader is known even after a refresh.
+    pub(crate) async fn route(
+        &self,
+        topic: &str,
+        partition: i32,
+    ) -> Result<Result<Route, KafkaCode>, WireError> {
+        match self.leader(topic, partition).await? {
+            Err(code) => Ok(Err(code)),
+            Ok(leader) => self.connect_to(&leader).await.map(Ok),
         }
     }
 

@@ -2,9 +2,14 @@
 //! pipelined with correlation ids. A writer task sends frames in the order they were queued; a
 //! reader task hands each response to the request that waits for it. Any I/O error or request
 //! timeout closes the connection and fails every outstanding request with the same reason.
+//!
+//! Closing is abortive (`SO_LINGER` 0): what the kernel still holds of an abandoned connection is
+//! dropped, not sent later — a request given up on (timed out, or its client fenced) can never
+//! reach the broker after the connection ended. A fenced client's writer puts no further frame on
+//! the wire ([`Fence`]).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -54,6 +59,29 @@ pub(crate) fn api_name(key: i16) -> &'static str {
     }
 }
 
+/// A client's switch that stops every write: once set, no frame leaves any of its connections
+/// and each of them is closed (abortively).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Fence(Arc<AtomicBool>);
+
+impl Fence {
+    /// Whether writing stopped.
+    pub(crate) fn is_set(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+
+    /// Stops writing (for good).
+    pub(crate) fn set(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Numbers connections, so that a caller can tell whether two requests went on the same one.
+fn next_serial() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
 trait Stream: AsyncRead + AsyncWrite + Send + Unpin {}
 impl<T: AsyncRead + AsyncWrite + Send + Unpin> Stream for T {}
 
@@ -68,6 +96,8 @@ struct Shared {
     released: AtomicBool,
     /// Poked on close and release so the I/O tasks re-check their state.
     poke: watch::Sender<()>,
+    /// The client's fence: checked before every frame is written.
+    fence: Fence,
 }
 
 impl Shared {
@@ -103,6 +133,7 @@ impl Shared {
 /// A connection to one broker. Cheap to share (`Arc`); requests from several tasks interleave.
 pub struct Connection {
     shared: Arc<Shared>,
+    serial: u64,
     tx: mpsc::UnboundedSender<Bytes>,
     next_id: AtomicI32,
     client_id: StrBytes,
@@ -174,15 +205,19 @@ impl<T: Decodable> PendingResponse<T> {
 impl Connection {
     /// Connects to `broker` (`host:port`), negotiates API versions and authenticates, all within
     /// the configured connect timeout.
-    pub async fn connect(
+    pub(crate) async fn connect(
         broker: &str,
         config: &WireConfig,
         tls: Option<&Arc<rustls::ClientConfig>>,
         tokens: Option<&TokenSource>,
+        fence: &Fence,
     ) -> Result<Connection, WireError> {
         let timeout = config.connect_timeout;
-        match tokio::time::timeout(timeout, Connection::establish(broker, config, tls, tokens))
-            .await
+        match tokio::time::timeout(
+            timeout,
+            Connection::establish(broker, config, tls, tokens, fence),
+        )
+        .await
         {
             Ok(result) => result,
             Err(_) => Err(WireError::Connect {
@@ -200,6 +235,7 @@ impl Connection {
         config: &WireConfig,
         tls: Option<&Arc<rustls::ClientConfig>>,
         tokens: Option<&TokenSource>,
+        fence: &Fence,
     ) -> Result<Connection, WireError> {
         let tcp = TcpStream::connect(broker)
             .await
@@ -208,6 +244,12 @@ impl Connection {
                 reason: e.to_string(),
             })?;
         let _ = tcp.set_nodelay(true);
+        // Abortive close: an abandoned connection's unsent bytes are dropped by the kernel, not
+        // delivered after the connection was given up (a network that comes back later).
+        tcp.set_zero_linger().map_err(|e| WireError::Connect {
+            broker: broker.to_string(),
+            reason: format!("setting SO_LINGER: {e}"),
+        })?;
         let stream: Box<dyn Stream> = match tls {
             Some(tls) => {
                 let host = broker.rsplit_once(':').map_or(broker, |(h, _)| h);
@@ -223,7 +265,7 @@ impl Connection {
             }
             None => Box::new(tcp),
         };
-        let mut conn = Connection::start(broker, stream, config);
+        let mut conn = Connection::start(broker, stream, config, fence.clone());
         conn.negotiate_versions(tls.is_some()).await?;
         if let Some(mechanism) = &config.sasl {
             conn.expires_at = crate::sasl::authenticate(&conn, mechanism, tokens).await?;
@@ -231,13 +273,19 @@ impl Connection {
         Ok(conn)
     }
 
-    fn start(broker: &str, stream: Box<dyn Stream>, config: &WireConfig) -> Connection {
+    fn start(
+        broker: &str,
+        stream: Box<dyn Stream>,
+        config: &WireConfig,
+        fence: Fence,
+    ) -> Connection {
         let shared = Arc::new(Shared {
             broker: broker.to_string(),
             pending: Mutex::new(HashMap::new()),
             closed: Mutex::new(None),
             released: AtomicBool::new(false),
             poke: watch::channel(()).0,
+            fence,
         });
         let (reader, writer) = tokio::io::split(stream);
         let (tx, rx) = mpsc::unbounded_channel();
@@ -249,6 +297,7 @@ impl Connection {
         ));
         Connection {
             shared,
+            serial: next_serial(),
             tx,
             next_id: AtomicI32::new(1),
             client_id: StrBytes::from_string(config.client_id.clone()),
@@ -261,6 +310,17 @@ impl Connection {
     /// `host:port` of the broker.
     pub fn broker(&self) -> &str {
         &self.shared.broker
+    }
+
+    /// This connection's number (unique in the process).
+    pub fn serial(&self) -> u64 {
+        self.serial
+    }
+
+    /// Closes the connection now: outstanding requests fail with `reason`, and the socket is
+    /// closed abortively once the I/O tasks see it (a write in progress is abandoned).
+    pub(crate) fn abort(&self, reason: &str) {
+        self.shared.close(reason);
     }
 
     /// The connection can take requests: open, and not about to need re-authentication.
@@ -328,6 +388,12 @@ impl Connection {
         let length = (frame.len() - 4) as i32;
         frame[0..4].copy_from_slice(&length.to_be_bytes());
 
+        if self.shared.fence.is_set() {
+            return Err(WireError::Fenced {
+                broker: self.broker().to_string(),
+                api,
+            });
+        }
         let (waiter, rx) = oneshot::channel();
         {
             let mut pending = self
@@ -450,10 +516,31 @@ async fn write_frames(
         };
         // The handle is gone; the reader finishes what is outstanding.
         let Some(frame) = frame else { return };
-        let mut result = writer.write_all(&frame).await;
-        if result.is_ok() && rx.is_empty() {
-            result = writer.flush().await;
+        // The last gate before the wire: a fenced client writes nothing more.
+        if shared.fence.is_set() {
+            shared.close("the client was fenced: nothing more is written");
+            return;
         }
+        // A write that cannot finish (a peer that stopped reading, a network that dropped) is
+        // abandoned when the connection closes; the socket's abortive close drops the rest.
+        let written = async {
+            writer.write_all(&frame).await?;
+            if rx.is_empty() {
+                writer.flush().await?;
+            }
+            Ok::<(), std::io::Error>(())
+        };
+        tokio::pin!(written);
+        let result = loop {
+            tokio::select! {
+                result = &mut written => break result,
+                _ = poked.changed() => {
+                    if shared.closed_reason().is_some() {
+                        return;
+                    }
+                }
+            }
+        };
         if let Err(e) = result {
             shared.close(&format!("write failed: {e}"));
             return;

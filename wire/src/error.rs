@@ -23,8 +23,12 @@ impl KafkaCode {
     pub const LEADER_NOT_AVAILABLE: KafkaCode = KafkaCode(5);
     /// The broker is not the leader (any more).
     pub const NOT_LEADER_OR_FOLLOWER: KafkaCode = KafkaCode(6);
-    /// The request timed out on the broker.
+    /// The request timed out on the broker (also what a partition gets whose request got no
+    /// answer within the client's timeout).
     pub const REQUEST_TIMED_OUT: KafkaCode = KafkaCode(7);
+    /// The connection broke before an answer arrived (what a partition gets whose request was
+    /// lost with its connection).
+    pub const NETWORK_EXCEPTION: KafkaCode = KafkaCode(13);
     /// The batch is larger than the topic's `max.message.bytes`.
     pub const MESSAGE_TOO_LARGE: KafkaCode = KafkaCode(10);
     /// The batch failed the broker's CRC or format checks.
@@ -253,6 +257,29 @@ pub enum WireError {
     /// A record batch could not be parsed, rewritten or built.
     #[error(transparent)]
     Batch(#[from] BatchError),
+    /// The client was fenced ([`crate::Client::fence`]): it writes nothing any more.
+    #[error("{api} to {broker} not sent: the client was fenced (its write lease ran out)")]
+    Fenced {
+        /// `host:port` (or `(client)` before a broker was chosen).
+        broker: String,
+        /// The API of the request.
+        api: &'static str,
+    },
+    /// A produce pinned to a connection found the partition's route on another one (a new
+    /// connection, or another leader): nothing was sent.
+    #[error(
+        "produce to {topic}-{partition} not sent: its route moved from connection {pinned} to {now}"
+    )]
+    RouteChanged {
+        /// Topic.
+        topic: String,
+        /// Partition.
+        partition: i32,
+        /// The connection the caller's earlier requests went on.
+        pinned: u64,
+        /// The connection the partition's requests would go on now.
+        now: u64,
+    },
 }
 
 impl WireError {
@@ -265,7 +292,8 @@ impl WireError {
             | WireError::Timeout { .. }
             | WireError::Metadata { .. }
             | WireError::Fetch { .. }
-            | WireError::ListOffsets { .. } => true,
+            | WireError::ListOffsets { .. }
+            | WireError::RouteChanged { .. } => true,
             // Kafka calls CORRUPT_MESSAGE retriable; for a rewritten batch it means the batch
             // itself is wrong, and sending it again cannot help.
             WireError::Produce { error, .. } => {

@@ -1,7 +1,11 @@
 //! Fetch: record batches of partitions as raw bytes, with each partition's watermarks, aborted
-//! transactions and error, from the partitions' leaders (one request per leader).
+//! transactions and error, from the partitions' leaders (one request per leader, the leaders
+//! asked side by side; [`Client::fetch_groups`] lets a caller take each leader's answer as it
+//! comes, so that one unreachable broker holds up only the partitions it leads).
 
 use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -10,7 +14,7 @@ use kafka_protocol::messages::{FetchRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
 
 use crate::batch::RecordBatches;
-use crate::client::{Client, Route};
+use crate::client::{Client, Leader, Route};
 use crate::error::{KafkaCode, WireError};
 
 /// Which records a read may see.
@@ -117,6 +121,9 @@ pub struct FetchedPartition {
     /// The record batches as the broker stored them: the first may start before the fetch offset
     /// (skip what is below it), the last may be cut off (see [`RecordBatches::partial_tail`]).
     pub records: Bytes,
+    /// What happened on the client's side when the leader gave no answer (the connection
+    /// broke, the request timed out): `error` is then NETWORK_EXCEPTION or REQUEST_TIMED_OUT.
+    pub failure: Option<String>,
 }
 
 impl FetchedPartition {
@@ -137,9 +144,24 @@ impl FetchedPartition {
             diverging_epoch: None,
             leader_epoch: -1,
             records: Bytes::new(),
+            failure: None,
         }
     }
 }
+
+/// One leader's share of a fetch: its partitions and their answer to come. The answer never
+/// fails as a whole: a lost connection, a timeout or an unreachable leader comes back as each
+/// partition's error ([`KafkaCode::NETWORK_EXCEPTION`], [`KafkaCode::REQUEST_TIMED_OUT`]) with
+/// [`FetchedPartition::failure`] saying what happened.
+pub struct FetchGroup {
+    /// The partitions asked of this leader, in request order.
+    pub partitions: Vec<i32>,
+    /// The answer (every partition of the group, in request order).
+    pub answer: Pin<Box<dyn Future<Output = Vec<FetchedPartition>> + Send>>,
+}
+
+/// A leader's answer, or why it gave none.
+type GroupAnswer = Result<Vec<FetchedPartition>, WireError>;
 
 impl Client {
     /// Fetches `partitions` of `topic` from their leaders. Partitions without a reachable leader
@@ -151,92 +173,185 @@ impl Client {
         partitions: &[FetchPartition],
         options: &FetchOptions,
     ) -> Result<Vec<FetchedPartition>, WireError> {
-        let mut out = Vec::with_capacity(partitions.len());
-        let mut by_leader: BTreeMap<String, (Route, Vec<(FetchPartition, i32)>)> = BTreeMap::new();
+        let (mut out, groups) = self.plan_fetch(topic, partitions).await?;
+        let answers = futures::future::join_all(groups.into_iter().map(|(leader, parts)| {
+            let client = self.clone();
+            let topic = topic.to_string();
+            let options = *options;
+            async move { client.fetch_from(&topic, &leader, &parts, &options).await }
+        }))
+        .await;
+        for answer in answers {
+            out.extend(answer?);
+        }
+        out.sort_by_key(|p| p.partition);
+        Ok(out)
+    }
+
+    /// The fetch of `partitions` split by leader, each share to be awaited on its own, so that one
+    /// leader that does not answer holds up only its own partitions; each share gives up after
+    /// `timeout` (from when its future is first polled: connecting, sending and waiting).
+    /// Partitions without a known leader come back at once in the first element.
+    pub async fn fetch_groups(
+        &self,
+        topic: &str,
+        partitions: &[FetchPartition],
+        options: &FetchOptions,
+        timeout: Duration,
+    ) -> Result<(Vec<FetchedPartition>, Vec<FetchGroup>), WireError> {
+        let (failed, groups) = self.plan_fetch(topic, partitions).await?;
+        let groups = groups
+            .into_iter()
+            .map(|(leader, parts)| {
+                let client = self.clone();
+                let topic = topic.to_string();
+                let options = *options;
+                let partitions = parts.iter().map(|(p, _)| p.partition).collect();
+                let answer = async move {
+                    let answer = tokio::time::timeout(
+                        timeout,
+                        client.fetch_from(&topic, &leader, &parts, &options),
+                    )
+                    .await;
+                    let (code, failure) = match answer {
+                        Ok(Ok(fetched)) => return fetched,
+                        Ok(Err(e)) => (KafkaCode::NETWORK_EXCEPTION, e.to_string()),
+                        Err(_) => {
+                            client.mark_stale();
+                            (
+                                KafkaCode::REQUEST_TIMED_OUT,
+                                format!(
+                                    "no answer from {} within {} ms",
+                                    leader.address,
+                                    timeout.as_millis()
+                                ),
+                            )
+                        }
+                    };
+                    parts
+                        .iter()
+                        .map(|(p, _)| FetchedPartition {
+                            failure: Some(failure.clone()),
+                            ..FetchedPartition::failed(p, code)
+                        })
+                        .collect()
+                };
+                FetchGroup {
+                    partitions,
+                    answer: Box::pin(answer),
+                }
+            })
+            .collect();
+        Ok((failed, groups))
+    }
+
+    /// Partitions grouped by leader (from the metadata, no connection opened), and those without
+    /// a leader as failed answers.
+    #[allow(clippy::type_complexity)]
+    async fn plan_fetch(
+        &self,
+        topic: &str,
+        partitions: &[FetchPartition],
+    ) -> Result<
+        (
+            Vec<FetchedPartition>,
+            Vec<(Leader, Vec<(FetchPartition, i32)>)>,
+        ),
+        WireError,
+    > {
+        let mut failed = Vec::new();
+        let mut by_leader: BTreeMap<String, (Leader, Vec<(FetchPartition, i32)>)> = BTreeMap::new();
         for p in partitions {
-            match self.route(topic, p.partition).await? {
-                Err(code) => out.push(FetchedPartition::failed(p, code)),
-                Ok(route) => {
-                    let epoch = route.leader_epoch;
+            match self.leader(topic, p.partition).await? {
+                Err(code) => failed.push(FetchedPartition::failed(p, code)),
+                Ok(leader) => {
+                    let epoch = leader.leader_epoch;
                     by_leader
-                        .entry(route.conn.broker().to_string())
-                        .or_insert_with(|| (route, Vec::new()))
+                        .entry(leader.address.clone())
+                        .or_insert_with(|| (leader, Vec::new()))
                         .1
                         .push((*p, epoch));
                 }
             }
         }
-        // Every request goes on the wire before any answer is awaited.
-        let mut waiting = Vec::new();
-        for (_, (route, parts)) in by_leader {
-            let pending = self.send_fetch(topic, &route, &parts, options)?;
-            waiting.push((route, parts, pending));
+        Ok((failed, by_leader.into_values().collect()))
+    }
+
+    /// Fetches `parts` from `leader` (connecting first): every partition's answer in request
+    /// order, or why the leader gave none.
+    async fn fetch_from(
+        &self,
+        topic: &str,
+        leader: &Leader,
+        parts: &[(FetchPartition, i32)],
+        options: &FetchOptions,
+    ) -> GroupAnswer {
+        let route = self.connect_to(leader).await?;
+        let (pending, by_id) = self.send_fetch(topic, &route, parts, options)?;
+        let response = match pending.wait().await {
+            Ok(r) => r,
+            Err(e) => {
+                self.forget(&route.conn);
+                return Err(e);
+            }
+        };
+        if response.error_code != 0 {
+            self.mark_stale();
+            return Err(WireError::Fetch {
+                broker: route.conn.broker().to_string(),
+                reason: KafkaCode(response.error_code).to_string(),
+            });
         }
-        for (route, parts, (pending, by_id)) in waiting {
-            let response = match pending.wait().await {
-                Ok(r) => r,
-                Err(e) => {
-                    self.forget(&route.conn);
-                    return Err(e);
-                }
+        let mut answered = BTreeMap::new();
+        for t in response.responses {
+            let is_ours = if by_id {
+                t.topic_id == route.topic_id
+            } else {
+                t.topic.0.as_str() == topic
             };
-            if response.error_code != 0 {
-                self.mark_stale();
-                return Err(WireError::Fetch {
-                    broker: route.conn.broker().to_string(),
-                    reason: KafkaCode(response.error_code).to_string(),
-                });
+            if !is_ours {
+                continue;
             }
-            let mut answered = BTreeMap::new();
-            for t in response.responses {
-                let is_ours = if by_id {
-                    t.topic_id == route.topic_id
-                } else {
-                    t.topic.0.as_str() == topic
-                };
-                if !is_ours {
-                    continue;
-                }
-                for p in t.partitions {
-                    answered.insert(p.partition_index, p);
-                }
-            }
-            for (asked, epoch) in parts {
-                let Some(p) = answered.remove(&asked.partition) else {
-                    out.push(FetchedPartition::failed(
-                        &asked,
-                        KafkaCode::UNKNOWN_TOPIC_OR_PARTITION,
-                    ));
-                    continue;
-                };
-                let error = KafkaCode(p.error_code);
-                if error.is_leader_change() {
-                    self.mark_stale();
-                }
-                out.push(FetchedPartition {
-                    partition: asked.partition,
-                    fetch_offset: asked.offset,
-                    error,
-                    high_watermark: p.high_watermark,
-                    last_stable_offset: p.last_stable_offset,
-                    log_start_offset: p.log_start_offset,
-                    aborted: p
-                        .aborted_transactions
-                        .unwrap_or_default()
-                        .iter()
-                        .map(|a| AbortedTransaction {
-                            producer_id: a.producer_id.0,
-                            first_offset: a.first_offset,
-                        })
-                        .collect(),
-                    diverging_epoch: (p.diverging_epoch.epoch >= 0)
-                        .then_some((p.diverging_epoch.epoch, p.diverging_epoch.end_offset)),
-                    leader_epoch: epoch,
-                    records: p.records.unwrap_or_default(),
-                });
+            for p in t.partitions {
+                answered.insert(p.partition_index, p);
             }
         }
-        out.sort_by_key(|p| p.partition);
+        let mut out = Vec::with_capacity(parts.len());
+        for (asked, epoch) in parts {
+            let Some(p) = answered.remove(&asked.partition) else {
+                out.push(FetchedPartition::failed(
+                    asked,
+                    KafkaCode::UNKNOWN_TOPIC_OR_PARTITION,
+                ));
+                continue;
+            };
+            let error = KafkaCode(p.error_code);
+            if error.is_leader_change() {
+                self.mark_stale();
+            }
+            out.push(FetchedPartition {
+                partition: asked.partition,
+                fetch_offset: asked.offset,
+                error,
+                high_watermark: p.high_watermark,
+                last_stable_offset: p.last_stable_offset,
+                log_start_offset: p.log_start_offset,
+                aborted: p
+                    .aborted_transactions
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|a| AbortedTransaction {
+                        producer_id: a.producer_id.0,
+                        first_offset: a.first_offset,
+                    })
+                    .collect(),
+                diverging_epoch: (p.diverging_epoch.epoch >= 0)
+                    .then_some((p.diverging_epoch.epoch, p.diverging_epoch.end_offset)),
+                leader_epoch: *epoch,
+                records: p.records.unwrap_or_default(),
+                failure: None,
+            });
+        }
         Ok(out)
     }
 

@@ -72,7 +72,9 @@ pub use client::Client;
 pub use config::{SecurityProtocol, WireConfig};
 pub use epochs::EpochEnd;
 pub use error::{KafkaCode, WireError};
-pub use fetch::{AbortedTransaction, FetchOptions, FetchPartition, FetchedPartition, Isolation};
+pub use fetch::{
+    AbortedTransaction, FetchGroup, FetchOptions, FetchPartition, FetchedPartition, Isolation,
+};
 pub use legacy::decode_legacy;
 pub use metadata::{Broker, ClusterMetadata, PartitionMetadata, TopicMetadata};
 pub use offsets::{ListedOffset, OffsetSpec};

@@ -2,12 +2,13 @@
 //! read_committed) or first-at-timestamp offset of partitions, asked of their leaders.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::{BrokerId, ListOffsetsRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
 
-use crate::client::Client;
+use crate::client::{Client, Leader};
 use crate::error::{KafkaCode, WireError};
 use crate::fetch::Isolation;
 
@@ -108,6 +109,37 @@ impl Client {
         .await
     }
 
+    /// Like [`Client::list_offsets`] (each partition once), but a leader that does not answer
+    /// within `timeout` or whose connection fails affects only its own partitions: they come back
+    /// with NETWORK_EXCEPTION or REQUEST_TIMED_OUT, the others with their answers.
+    pub async fn list_offsets_each(
+        &self,
+        topic: &str,
+        partitions: &[(i32, OffsetSpec)],
+        isolation: Isolation,
+        timeout: Duration,
+    ) -> Result<Vec<ListedOffset>, WireError> {
+        let answers = self
+            .list_offsets_by_leader(topic, partitions, isolation, CONSUMER_REPLICA_ID, timeout)
+            .await?;
+        let mut out = Vec::with_capacity(partitions.len());
+        for (parts, answer) in answers {
+            match answer {
+                Ok(listed) => out.extend(listed),
+                Err(e) => {
+                    let code = if matches!(e, WireError::Timeout { .. }) {
+                        KafkaCode::REQUEST_TIMED_OUT
+                    } else {
+                        KafkaCode::NETWORK_EXCEPTION
+                    };
+                    out.extend(parts.into_iter().map(|p| failed(p, code)));
+                }
+            }
+        }
+        out.sort_by_key(|o| o.partition);
+        Ok(out)
+    }
+
     async fn list_offsets_once(
         &self,
         topic: &str,
@@ -115,103 +147,172 @@ impl Client {
         isolation: Isolation,
         replica_id: i32,
     ) -> Result<Vec<ListedOffset>, WireError> {
-        let failed = |partition, error| ListedOffset {
-            partition,
-            error,
-            offset: -1,
-            timestamp: -1,
-            leader_epoch: -1,
-        };
+        let timeout = self.config().connect_timeout + self.config().request_timeout;
+        let answers = self
+            .list_offsets_by_leader(topic, partitions, isolation, replica_id, timeout)
+            .await?;
         let mut out = Vec::with_capacity(partitions.len());
-        let mut by_leader = BTreeMap::new();
+        for (_, answer) in answers {
+            out.extend(answer?);
+        }
+        out.sort_by_key(|o| o.partition);
+        Ok(out)
+    }
+
+    /// Asks each leader for its partitions, the leaders side by side, each within `timeout`;
+    /// partitions without a leader are answered with their error in a group of their own.
+    #[allow(clippy::type_complexity)]
+    async fn list_offsets_by_leader(
+        &self,
+        topic: &str,
+        partitions: &[(i32, OffsetSpec)],
+        isolation: Isolation,
+        replica_id: i32,
+        timeout: Duration,
+    ) -> Result<Vec<(Vec<i32>, Result<Vec<ListedOffset>, WireError>)>, WireError> {
+        let mut leaderless = Vec::new();
+        let mut by_leader: BTreeMap<String, (Leader, Vec<(i32, OffsetSpec, i32)>)> =
+            BTreeMap::new();
         for &(partition, spec) in partitions {
-            match self.route(topic, partition).await? {
-                Err(code) => out.push(failed(partition, code)),
-                Ok(route) => by_leader
-                    .entry(route.conn.broker().to_string())
-                    .or_insert_with(|| (route.conn.clone(), Vec::new()))
-                    .1
-                    .push((partition, spec, route.leader_epoch)),
+            match self.leader(topic, partition).await? {
+                Err(code) => leaderless.push(failed(partition, code)),
+                Ok(leader) => {
+                    let epoch = leader.leader_epoch;
+                    by_leader
+                        .entry(leader.address.clone())
+                        .or_insert_with(|| (leader, Vec::new()))
+                        .1
+                        .push((partition, spec, epoch));
+                }
             }
         }
+        let asked = by_leader.into_values().map(|(leader, parts)| {
+            let client = self.clone();
+            async move {
+                let answer = tokio::time::timeout(
+                    timeout,
+                    client.list_offsets_from(topic, &leader, &parts, isolation, replica_id),
+                )
+                .await
+                .unwrap_or_else(|_| {
+                    client.mark_stale();
+                    Err(WireError::Timeout {
+                        broker: leader.address.clone(),
+                        api: "ListOffsets",
+                        after: timeout,
+                    })
+                });
+                (
+                    parts.iter().map(|(p, _, _)| *p).collect::<Vec<i32>>(),
+                    answer,
+                )
+            }
+        });
+        let mut out = futures::future::join_all(asked).await;
+        if !leaderless.is_empty() {
+            out.push((Vec::new(), Ok(leaderless)));
+        }
+        Ok(out)
+    }
+
+    /// One ListOffsets request to `leader` for `parts`.
+    async fn list_offsets_from(
+        &self,
+        topic: &str,
+        leader: &Leader,
+        parts: &[(i32, OffsetSpec, i32)],
+        isolation: Isolation,
+        replica_id: i32,
+    ) -> Result<Vec<ListedOffset>, WireError> {
         let list_error = |reason: String| WireError::ListOffsets {
             topic: topic.to_string(),
             reason,
         };
-        for (_, (conn, parts)) in by_leader {
-            let version = conn.version::<ListOffsetsRequest>(10)?;
-            if version < 2 && isolation == Isolation::ReadCommitted {
-                return Err(list_error(format!(
-                    "{} speaks ListOffsets v{version} only, without read_committed",
-                    conn.broker()
-                )));
+        let route = self.connect_to(leader).await?;
+        let conn = &route.conn;
+        let version = conn.version::<ListOffsetsRequest>(10)?;
+        if version < 2 && isolation == Isolation::ReadCommitted {
+            return Err(list_error(format!(
+                "{} speaks ListOffsets v{version} only, without read_committed",
+                conn.broker()
+            )));
+        }
+        let mut request = ListOffsetsRequest::default()
+            .with_replica_id(BrokerId(replica_id))
+            .with_topics(vec![
+                ListOffsetsTopic::default()
+                    .with_name(TopicName(StrBytes::from_string(topic.to_string())))
+                    .with_partitions(
+                        parts
+                            .iter()
+                            .map(|&(p, spec, epoch)| {
+                                ListOffsetsPartition::default()
+                                    .with_partition_index(p)
+                                    .with_current_leader_epoch(epoch)
+                                    .with_timestamp(spec.wire())
+                            })
+                            .collect(),
+                    ),
+            ]);
+        if version >= 2 {
+            request = request.with_isolation_level(isolation.code());
+        }
+        if version >= 10 {
+            request = request.with_timeout_ms(
+                self.config()
+                    .request_timeout
+                    .as_millis()
+                    .min(i32::MAX as u128) as i32,
+            );
+        }
+        let response = match conn
+            .request(&request, version, Duration::ZERO)?
+            .wait()
+            .await
+        {
+            Ok(r) => r,
+            Err(e) => {
+                self.forget(conn);
+                return Err(e);
             }
-            let mut request = ListOffsetsRequest::default()
-                .with_replica_id(BrokerId(replica_id))
-                .with_topics(vec![
-                    ListOffsetsTopic::default()
-                        .with_name(TopicName(StrBytes::from_string(topic.to_string())))
-                        .with_partitions(
-                            parts
-                                .iter()
-                                .map(|&(p, spec, epoch)| {
-                                    ListOffsetsPartition::default()
-                                        .with_partition_index(p)
-                                        .with_current_leader_epoch(epoch)
-                                        .with_timestamp(spec.wire())
-                                })
-                                .collect(),
-                        ),
-                ]);
-            if version >= 2 {
-                request = request.with_isolation_level(isolation.code());
-            }
-            if version >= 10 {
-                request = request.with_timeout_ms(
-                    self.config()
-                        .request_timeout
-                        .as_millis()
-                        .min(i32::MAX as u128) as i32,
-                );
-            }
-            let response = match conn
-                .request(&request, version, std::time::Duration::ZERO)?
-                .wait()
-                .await
-            {
-                Ok(r) => r,
-                Err(e) => {
-                    self.forget(&conn);
-                    return Err(e);
-                }
-            };
-            let mut answered: BTreeMap<i32, _> = response
-                .topics
-                .into_iter()
-                .filter(|t| t.name.0.as_str() == topic)
-                .flat_map(|t| t.partitions)
-                .map(|p| (p.partition_index, p))
-                .collect();
-            for (partition, _, _) in parts {
-                match answered.remove(&partition) {
-                    None => out.push(failed(partition, KafkaCode::UNKNOWN_TOPIC_OR_PARTITION)),
-                    Some(p) => {
-                        let error = KafkaCode(p.error_code);
-                        if error.is_leader_change() {
-                            self.mark_stale();
-                        }
-                        out.push(ListedOffset {
-                            partition,
-                            error,
-                            offset: p.offset,
-                            timestamp: p.timestamp,
-                            leader_epoch: p.leader_epoch,
-                        });
+        };
+        let mut answered: BTreeMap<i32, _> = response
+            .topics
+            .into_iter()
+            .filter(|t| t.name.0.as_str() == topic)
+            .flat_map(|t| t.partitions)
+            .map(|p| (p.partition_index, p))
+            .collect();
+        let mut out = Vec::with_capacity(parts.len());
+        for &(partition, _, _) in parts {
+            match answered.remove(&partition) {
+                None => out.push(failed(partition, KafkaCode::UNKNOWN_TOPIC_OR_PARTITION)),
+                Some(p) => {
+                    let error = KafkaCode(p.error_code);
+                    if error.is_leader_change() {
+                        self.mark_stale();
                     }
+                    out.push(ListedOffset {
+                        partition,
+                        error,
+                        offset: p.offset,
+                        timestamp: p.timestamp,
+                        leader_epoch: p.leader_epoch,
+                    });
                 }
             }
         }
-        out.sort_by_key(|o| o.partition);
         Ok(out)
+    }
+}
+
+/// The answer for a partition whose leader gave none.
+fn failed(partition: i32, error: KafkaCode) -> ListedOffset {
+    ListedOffset {
+        partition,
+        error,
+        offset: -1,
+        timestamp: -1,
+        leader_epoch: -1,
     }
 }

@@ -7,6 +7,12 @@
 //! written in the order of [`Client::send_produce`] calls. After a failure, wait for every batch
 //! in flight, then resend the unacknowledged ones unchanged and in order: the broker answers a
 //! batch it already has with its original offset.
+//!
+//! A broker that has no state for a producer id on a partition (a new producer, or state that
+//! expired) accepts *any* sequence number there: a batch that overtakes an earlier one that failed
+//! is appended at the earlier one's offset. A caller keeps a partition's batches on one
+//! connection ([`Client::send_produce_pinned`]) and sends nothing more while an earlier batch is
+//! unresolved after a failure.
 
 use std::time::Duration;
 
@@ -70,6 +76,11 @@ pub struct InFlightProduce {
 }
 
 impl InFlightProduce {
+    /// The connection the batch went on ([`Client::send_produce_pinned`]).
+    pub fn connection(&self) -> u64 {
+        self.conn.serial()
+    }
+
     /// Waits for the broker's answer. Refusals are [`WireError::Produce`] with the broker's
     /// code; leadership errors have already marked the metadata stale.
     pub async fn wait(self) -> Result<Produced, WireError> {
@@ -135,6 +146,22 @@ impl Client {
         batch: Bytes,
         options: &ProduceOptions,
     ) -> Result<InFlightProduce, WireError> {
+        self.send_produce_pinned(topic, partition, batch, options, None)
+            .await
+    }
+
+    /// [`Client::send_produce`], but only on connection `pin` (see
+    /// [`InFlightProduce::connection`]) when given: when the partition's route is now another
+    /// connection (a reconnect, a new leader), nothing is sent and the answer is
+    /// [`WireError::RouteChanged`] — wait for the batches on the old route first.
+    pub async fn send_produce_pinned(
+        &self,
+        topic: &str,
+        partition: i32,
+        batch: Bytes,
+        options: &ProduceOptions,
+        pin: Option<u64>,
+    ) -> Result<InFlightProduce, WireError> {
         let route = match self.route(topic, partition).await? {
             Ok(route) => route,
             Err(code) => {
@@ -147,6 +174,16 @@ impl Client {
             }
         };
         let conn = route.conn;
+        if let Some(pinned) = pin
+            && pinned != conn.serial()
+        {
+            return Err(WireError::RouteChanged {
+                topic: topic.to_string(),
+                partition,
+                pinned,
+                now: conn.serial(),
+            });
+        }
         let mut version = conn.version::<ProduceRequest>(13)?;
         if route.topic_id.is_nil() {
             version = conn.version::<ProduceRequest>(12)?;

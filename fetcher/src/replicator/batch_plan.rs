@@ -6,7 +6,7 @@
 
 use bytes::Bytes;
 use kmirror_wire::batch::TimestampType;
-use kmirror_wire::records::{ControlType, Record, decode_batch};
+use kmirror_wire::records::{BatchProducer, ControlType, Record, decode_batch, encode_batch};
 use kmirror_wire::{AbortedTransaction, BatchError, Codec, RawBatch, RawEntry, decode_legacy};
 
 /// Why a batch's records are re-encoded instead of passing as they are.
@@ -212,34 +212,85 @@ fn record_path(
         Some(RecordPath::TooLarge)
     } else if destination.create_time && h.timestamp_type() == TimestampType::LogAppendTime {
         Some(RecordPath::AppendTime)
-    } else if destination.create_time && !within_bounds(h, destination) {
+    } else if destination.create_time && !within_bounds(batch, destination) {
         Some(RecordPath::TimestampBounds)
     } else {
         None
     }
 }
 
-/// Whether the batch's first and newest timestamps are within the destination's bounds.
-fn within_bounds(h: &kmirror_wire::BatchHeader, d: Destination) -> bool {
+/// Whether every record's timestamp is within the destination's bounds. The newest is in the
+/// header; the oldest may be any record's (timestamps within a batch need not be in order), so a
+/// bound on the age is checked record by record (a batch that cannot be decoded is left to the
+/// record path, which reports why).
+fn within_bounds(batch: &RawBatch, d: Destination) -> bool {
     let ok = |ts: i64| {
         ts < 0
             || (d.after_ms.is_none_or(|b| ts.saturating_sub(d.now_ms) <= b)
                 && d.before_ms.is_none_or(|b| d.now_ms.saturating_sub(ts) <= b))
     };
-    ok(h.base_timestamp) && ok(h.max_timestamp)
+    let h = &batch.header;
+    if !(ok(h.base_timestamp) && ok(h.max_timestamp)) {
+        return false;
+    }
+    if d.before_ms.is_none() {
+        return true;
+    }
+    match decode_batch(&batch.bytes) {
+        Ok((_, records)) => records.iter().all(|r| ok(r.timestamp)),
+        Err(_) => false,
+    }
 }
 
-/// Splits records for the record path into runs that each fit `max_message_bytes` (by their
-/// uncompressed size; a record larger than the limit alone is a run of its own, for the
-/// destination to accept or refuse by name).
+/// The records of the record path encoded into batches (no producer identity yet) that each fit
+/// `max_message_bytes` as the broker measures them — batch header, record and header framing
+/// and the codec's own overhead included: a run estimated to fit is encoded, and one that comes
+/// out too large is split in two and encoded again. A record whose batch alone exceeds the limit
+/// is a batch of its own, for the destination to accept or refuse by name. Returns each batch
+/// with the number of records in it, in order.
+pub(super) fn encode_fitting(
+    records: &[Record],
+    codec: Codec,
+    max_message_bytes: Option<i64>,
+) -> Result<Vec<(usize, Bytes)>, BatchError> {
+    fn fit(
+        run: &[Record],
+        codec: Codec,
+        limit: Option<usize>,
+        out: &mut Vec<(usize, Bytes)>,
+    ) -> Result<(), BatchError> {
+        let encoded = encode_batch(run, codec, 0, BatchProducer::NONE)?;
+        match limit {
+            Some(limit) if encoded.len() > limit && run.len() > 1 => {
+                let (a, b) = run.split_at(run.len() / 2);
+                fit(a, codec, Some(limit), out)?;
+                fit(b, codec, Some(limit), out)
+            }
+            _ => {
+                out.push((run.len(), encoded));
+                Ok(())
+            }
+        }
+    }
+    let limit = max_message_bytes.map(|m| m.max(0) as usize);
+    let mut out = Vec::new();
+    for run in chunks(records, max_message_bytes) {
+        fit(run, codec, limit, &mut out)?;
+    }
+    Ok(out)
+}
+
+/// Splits records for the record path into runs estimated to fit `max_message_bytes` (their
+/// sizes with framing; [`encode_fitting`] checks the encoded size).
 pub(super) fn chunks(records: &[Record], max_message_bytes: Option<i64>) -> Vec<&[Record]> {
-    // Room for the batch header and per-record framing.
+    // Room for the batch header.
     let limit = max_message_bytes.map_or(usize::MAX, |m| (m.max(0) as usize).saturating_sub(512));
     let mut out = Vec::new();
     let mut start = 0;
     let mut size = 0usize;
     for (i, r) in records.iter().enumerate() {
-        let len = record_size(r) + 32;
+        // Record framing, and each header's.
+        let len = record_size(r) + 32 + 12 * r.headers.len();
         if i > start && size + len > limit {
             out.push(&records[start..i]);
             start = i;
@@ -300,6 +351,21 @@ mod tests {
         let crc = crc32c::crc32c(&b[21..]);
         b[17..21].copy_from_slice(&crc.to_be_bytes());
         b
+    }
+
+    /// A dense batch from `base` with one record per timestamp, in that order.
+    fn timestamps(base: i64, ts: &[i64]) -> Vec<u8> {
+        let records: Vec<Record> = ts
+            .iter()
+            .enumerate()
+            .map(|(i, &t)| Record {
+                timestamp: t,
+                ..record(base + i as i64, "v")
+            })
+            .collect();
+        encode_batch(&records, Codec::None, base, BatchProducer::NONE)
+            .unwrap()
+            .to_vec()
     }
 
     fn attributes(bits: i16) -> impl Fn(&mut [u8]) {
@@ -472,6 +538,14 @@ mod tests {
             ("too old for the bounds: record path", 0, set(&[batch(0, 3, 1, none)]), &[],
              Destination { before_ms: Some(1_000), now_ms: 1_700_000_100_000, ..CREATE_TIME },
              (vec![(0, "timestamp_bounds", 3)], 3, 0)),
+            ("a record in the middle older than the bound, first and newest within: record path", 0,
+             set(&[timestamps(0, &[1_700_000_000_000, 1_699_000_000_000, 1_700_000_000_005])]), &[],
+             Destination { before_ms: Some(60_000), ..CREATE_TIME },
+             (vec![(0, "timestamp_bounds", 3)], 3, 0)),
+            ("every record within the bound passes", 0,
+             set(&[timestamps(0, &[1_700_000_000_000, 1_699_999_990_000, 1_700_000_000_005])]), &[],
+             Destination { before_ms: Some(60_000), ..CREATE_TIME },
+             (vec![(0, "pass", 3)], 3, 0)),
             ("bounds do not apply to a LogAppendTime destination", 0, set(&[batch(0, 3, 1, none)]), &[],
              Destination { now_ms: 1_699_000_000_000, create_time: false, ..CREATE_TIME },
              (vec![(0, "pass", 3)], 3, 0)),
@@ -506,6 +580,66 @@ mod tests {
         assert!(plan(0, set(&[b.clone()]), &[], CREATE_TIME).is_err());
         // Nor through the record path.
         assert!(plan(1, set(&[b]), &[], CREATE_TIME).is_err());
+    }
+
+    #[test]
+    fn re_encoded_batches_fit_the_limit_as_encoded() {
+        use kmirror_wire::records::Header;
+        // Small keys and values with many headers: their framing is what makes a batch large.
+        let headers = |n: usize| -> Vec<Header> {
+            (0..n)
+                .map(|i| Header {
+                    key: Bytes::from(format!("h{i}")),
+                    value: Some(Bytes::from_static(b"x")),
+                })
+                .collect()
+        };
+        let many: Vec<Record> = (0..40)
+            .map(|o| Record {
+                headers: headers(300),
+                ..record(o, &"y".repeat(100))
+            })
+            .collect();
+        // Random values: a codec makes them larger, not smaller.
+        let mut seed = 7u64;
+        let mut noise = |n: usize| -> String {
+            (0..n)
+                .map(|_| {
+                    seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
+                    char::from(b'!' + ((seed >> 33) % 90) as u8)
+                })
+                .collect()
+        };
+        let random: Vec<Record> = (0..64).map(|o| record(o, &noise(4_000))).collect();
+        for (name, records, codec, limit) in [
+            ("many headers", &many, Codec::None, 16_384i64),
+            ("incompressible values, lz4", &random, Codec::Lz4, 65_536),
+            ("incompressible values, gzip", &random, Codec::Gzip, 65_536),
+        ] {
+            let batches = encode_fitting(records, codec, Some(limit)).unwrap();
+            assert!(batches.len() > 1, "{name}: split");
+            assert_eq!(
+                batches.iter().map(|(n, _)| n).sum::<usize>(),
+                records.len(),
+                "{name}: every record, once"
+            );
+            for (n, b) in &batches {
+                assert!(
+                    b.len() as i64 <= limit,
+                    "{name}: a batch of {n} is {} bytes",
+                    b.len()
+                );
+                let (_, decoded) = decode_batch(b).unwrap();
+                assert_eq!(decoded.len(), *n, "{name}");
+            }
+        }
+        // A record over the limit alone: a batch of its own, for the destination to refuse.
+        let big = vec![record(0, &"z".repeat(10_000)), record(1, "small")];
+        let batches = encode_fitting(&big, Codec::None, Some(1_000)).unwrap();
+        assert_eq!(
+            batches.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
+            vec![1, 1]
+        );
     }
 
     #[test]

@@ -3,9 +3,10 @@
 //! one per topic of a pool pod — with one writer, one reader and one thread: every third of
 //! the lease duration (sooner while a unit is not granted) it asks for every holder's units in
 //! one request, hands each holder the part of a grant that is its own, and — the moment a
-//! unit's lease, less the safety margin, runs out — purges that holder's destination producer,
-//! so that nothing more of it reaches the partition; its poll loop then stops with
-//! `LeaseExpired`. A clean stop releases the holder's units.
+//! unit's lease, less the safety margin, runs out — purges that holder's destination producer
+//! and fences its wire client (every connection closed abortively, nothing more written), so
+//! that nothing more of it reaches the partition, whatever its copy loop is blocked on; the loop
+//! then stops with `LeaseExpired`. A clean stop releases the holder's units.
 //!
 //! A grant holds from when its request was sent (taken before sending), on this process's
 //! monotonic clock: a grant that arrives late, after a freeze or a slow network, is still
@@ -56,6 +57,8 @@ struct Shared {
     /// When the last grant renewing every unit arrived (for the stop message).
     last_renewal: Mutex<Option<Instant>>,
     producer: Mutex<Option<Arc<BaseProducer<DeliveryContext>>>>,
+    /// The batch engine's destination client, fenced the moment the lease runs out.
+    wire: Mutex<Option<kmirror_wire::Client>>,
 }
 
 impl Shared {
@@ -109,6 +112,9 @@ impl Shared {
         }
         if let Some(p) = lock(&self.producer).as_ref() {
             p.purge(PurgeConfig::default().queue().inflight());
+        }
+        if let Some(w) = lock(&self.wire).as_ref() {
+            w.fence();
         }
         tracing::warn!(
             units = ?self.units.iter().map(ToString::to_string).collect::<Vec<_>>(),
@@ -341,6 +347,7 @@ impl LeaseHolder {
             lapsed: AtomicBool::new(false),
             last_renewal: Mutex::new(None),
             producer: Mutex::new(None),
+            wire: Mutex::new(None),
         });
         lock(&hub.holders).push(shared.clone());
         let lease = LeaseHolder {
@@ -371,6 +378,20 @@ impl LeaseHolder {
     /// The producer to purge the moment the lease runs out.
     pub(super) fn guard(&self, producer: Arc<BaseProducer<DeliveryContext>>) {
         *lock(&self.shared.producer) = Some(producer);
+    }
+
+    /// The wire client to fence the moment the lease runs out (fenced at once if it already
+    /// has).
+    pub(super) fn guard_wire(&self, client: kmirror_wire::Client) {
+        if self.lapsed() {
+            client.fence();
+        }
+        *lock(&self.shared.wire) = Some(client);
+        if self.lapsed() {
+            if let Some(w) = lock(&self.shared.wire).as_ref() {
+                w.fence();
+            }
+        }
     }
 
     /// Fails with `LeaseExpired` once the lease ran out (the producer is purged already).
@@ -416,6 +437,7 @@ mod tests {
             lapsed: AtomicBool::new(false),
             last_renewal: Mutex::new(None),
             producer: Mutex::new(None),
+            wire: Mutex::new(None),
         }
     }
 

@@ -43,6 +43,7 @@ mod prefix;
 mod settle;
 mod shared_clients;
 mod source_check;
+mod source_ends;
 mod start_plan;
 mod startup;
 mod stop;
@@ -192,6 +193,10 @@ struct Unit {
     data_loss: Option<DataLossRecord>,
     /// Since when the source's high watermark has stayed below the next offset.
     beyond_end_since: Option<Instant>,
+    /// The source's last stable offset at the last look (read_committed).
+    last_stable: Option<i64>,
+    /// A source transaction holding the last stable offset below the high watermark.
+    open_transaction: Option<kmirror_state::records::OpenTransaction>,
     /// Whether reading from the source moves (made at the first lag refresh).
     source_watch: Option<watchdog::SourceWatch>,
 }
@@ -223,6 +228,8 @@ impl Unit {
             position_written: Instant::now(),
             data_loss: None,
             beyond_end_since: None,
+            last_stable: None,
+            open_transaction: None,
             source_watch: None,
         }
     }
@@ -250,6 +257,10 @@ struct Fetcher<'a> {
     source_topic_id: Option<String>,
     units: BTreeMap<i32, Unit>,
     throttle: Option<Throttle>,
+    /// The wire client of the source (watermarks for both engines; fetches for the batch one).
+    source_wire: source_ends::SourceWire,
+    /// The source partitions' ends, asked in the background.
+    source_ends: source_ends::SourceEnds,
     /// The batch engine's copy path (`--engine batch`); `None`: the record engine.
     batch: Option<batch_path::BatchPath>,
 }

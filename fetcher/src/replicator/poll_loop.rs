@@ -20,6 +20,7 @@ use super::delivery::{self, DeliveryContext, Pending, Target};
 use super::limits::DestinationLimits;
 use super::position::persist_map;
 use super::source_check::{Finding, Known, SourceLog, judge};
+use super::source_ends::{open_transaction, reported};
 use super::start_plan::{check_cluster_id, check_pinned, check_topic_id, skip_source_gap};
 use super::stop::Stop;
 use super::watchdog::{SourceStall, SourceWatch};
@@ -232,7 +233,7 @@ impl Fetcher<'_> {
     pub(super) fn mirror(&mut self) -> Result<(), Stop> {
         let mut last_position = Instant::now();
         let mut last_refresh = Instant::now();
-        self.refresh_lag()?;
+        self.refresh_lag(Duration::from_secs(5))?;
         while !self.handles.shutdown.load(Ordering::Relaxed) {
             self.handles.health.beat();
             self.check_lease()?;
@@ -240,7 +241,7 @@ impl Fetcher<'_> {
             self.producer.poll(Duration::ZERO);
             self.drain_deliveries()?;
             if last_position.elapsed() >= self.config.position_interval {
-                let log_starts = self.refresh_lag()?;
+                let log_starts = self.refresh_lag(Duration::ZERO)?;
                 self.prune_maps(&log_starts)?;
                 self.persist_positions(FetcherStatus::Running, None)?;
                 last_position = Instant::now();
@@ -493,12 +494,20 @@ impl Fetcher<'_> {
         )
     }
 
-    /// Updates each partition's source position, high watermark and lag (metrics and the next
-    /// position record). Returns the source log starts it read.
-    fn refresh_lag(&mut self) -> Result<BTreeMap<i32, i64>, Stop> {
+    /// Takes the latest answer about the source partitions' ends (waiting at most `wait` for
+    /// it) and updates each partition's source position, ends, open transaction and lag — against
+    /// the end its reader can reach: the last stable offset under read_committed — (metrics and
+    /// the next position record), and watches whether reading moves. Returns the source log
+    /// starts it read (none while the answer is still out).
+    fn refresh_lag(&mut self, wait: Duration) -> Result<BTreeMap<i32, i64>, Stop> {
+        let Some(answer) = self.source_ends.poll(&self.source_wire, wait) else {
+            return Ok(BTreeMap::new());
+        };
         let mut log_starts = BTreeMap::new();
         let mut stalled = None;
         let metrics = &self.handles.metrics;
+        let isolation = self.config.isolation;
+        let now = now_ms();
         let positions: BTreeMap<i32, i64> = match &self.batch {
             Some(path) => path.positions(),
             None => self
@@ -515,17 +524,6 @@ impl Fetcher<'_> {
                 })
                 .unwrap_or_default(),
         };
-        let mut asked_together = match &self.batch {
-            Some(path) => {
-                let partitions: Vec<i32> = self.units.keys().copied().collect();
-                path.source_watermarks_of(
-                    &self.config.source_topic,
-                    &partitions,
-                    Duration::from_secs(5),
-                )
-            }
-            None => BTreeMap::new(),
-        };
         for (p, unit) in self.units.iter_mut() {
             let confirmed = unit.cursor.confirmed_next_src();
             let mut next = confirmed;
@@ -538,39 +536,48 @@ impl Fetcher<'_> {
                 unit.source_position = next;
                 unit.position_dirty = true;
             }
-            let asked = match &self.batch {
-                Some(_) if asked_together.contains_key(p) => {
-                    Ok(asked_together.remove(p).expect("contained"))
-                }
-                Some(path) => path
-                    .source_watermarks(&self.config.source_topic, *p, Duration::from_secs(5))
-                    .ok_or_else(|| "no answer from the source leader".to_string()),
-                None => self
-                    .consumer
-                    .fetch_watermarks(&self.config.source_topic, *p, Duration::from_secs(5))
-                    .map_err(|e| e.to_string()),
-            };
-            let high = match asked {
-                Ok((low, high)) => {
-                    log_starts.insert(*p, low);
-                    Some(high)
-                }
-                Err(e) => {
-                    tracing::debug!(partition = p, error = %e, "no source watermarks");
-                    None
-                }
-            };
-            // An unanswered query makes the high watermark (and so the lag) unknown: repeating
-            // the last one would call a partition caught up that the source has moved past.
-            if unit.high_watermark != high {
+            // An unanswered query makes the ends (and so the lag) unknown: repeating the last
+            // ones would call a partition caught up that the source has moved past.
+            let ends = answer.get(p).copied().flatten();
+            if ends.is_none() {
+                tracing::debug!(partition = p, "no source watermarks");
+            }
+            if let Some(e) = ends {
+                log_starts.insert(*p, e.log_start);
+            }
+            let high = ends.map(|e| e.high_watermark);
+            let last_stable = ends
+                .filter(|_| isolation == crate::config::Isolation::ReadCommitted)
+                .map(|e| e.last_stable);
+            let readable = ends.map(|e| e.readable(isolation));
+            if unit.high_watermark != high || unit.last_stable != last_stable {
                 unit.position_dirty = true;
             }
             unit.high_watermark = high;
+            unit.last_stable = last_stable;
+            let open = open_transaction(unit.open_transaction, ends, isolation, now);
+            if reported(open, now) != reported(unit.open_transaction, now) {
+                unit.position_dirty = true;
+                if let Some(t) = reported(open, now) {
+                    tracing::info!(
+                        partition = p,
+                        from_offset = t.from_offset,
+                        "a source transaction holds the last stable offset; waiting for it (not a fault)"
+                    );
+                }
+            }
+            unit.open_transaction = open;
+            metrics
+                .transaction_open_seconds
+                .get_or_create(&unit.labels)
+                .set(open.map_or(0.0, |t| ((now - t.since_ms).max(0) as f64) / 1000.0));
             let stall_after = self.config.stall_timeout;
             let watch = unit
                 .source_watch
                 .get_or_insert_with(|| SourceWatch::new(stall_after));
-            match watch.observe(Instant::now(), next, high) {
+            // Reading moves, or there is nothing its reader could read: an open transaction
+            // holding the last stable offset is no stall.
+            match watch.observe(Instant::now(), next, readable) {
                 Some(SourceStall::Unread { high, waited, .. }) => {
                     stalled.get_or_insert((*p, next, Some(high), waited));
                 }
@@ -579,12 +586,12 @@ impl Fetcher<'_> {
                 }
                 None => {}
             }
-            if let Some(high) = high {
-                let lag = (high - next).max(0);
+            if let Some(end) = readable {
+                let lag = (end - next).max(0);
                 metrics.lag_records.get_or_create(&unit.labels).set(lag);
                 let seconds = match (lag, unit.last_timestamp) {
                     (0, _) | (_, None) => 0.0,
-                    (_, Some(ts)) => ((now_ms() - ts) as f64 / 1000.0).max(0.0),
+                    (_, Some(ts)) => ((now - ts) as f64 / 1000.0).max(0.0),
                 };
                 metrics.lag_seconds.get_or_create(&unit.labels).set(seconds);
                 unit.lag_seconds = seconds;

@@ -37,6 +37,8 @@ impl Fetcher<'_> {
             status,
             error,
             source_high_watermark: unit.high_watermark,
+            source_last_stable_offset: unit.last_stable,
+            open_transaction: super::source_ends::reported(unit.open_transaction, now_ms()),
             source_position: Some(unit.source_position.max(cursor.confirmed_next_src())),
             lag_seconds: Some(unit.lag_seconds),
             records_mirrored: unit.records,

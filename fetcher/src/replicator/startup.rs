@@ -31,6 +31,7 @@ use super::position::rewrite_map;
 use super::settle::DestinationEnds;
 use super::shared_clients;
 use super::source_check::Known;
+use super::source_ends::{SourceEnds, SourceWire};
 use super::start_plan::{
     LastCopy, Recorded, Start, StartFacts, Then, check_pinned, check_recorded_identity,
     decide_start,
@@ -133,6 +134,12 @@ impl<'a> Fetcher<'a> {
         }
         let epochs = SourceEpochs::new(&source_config);
         let log_ends = DestinationLogEnds::new(&destination_config);
+        let source_wire = SourceWire::connect(&source_config)?;
+        let source_ends = SourceEnds::new(
+            &config.source_topic,
+            config.partitions.clone(),
+            config.isolation,
+        );
         let mut fetcher = Fetcher {
             config,
             handles,
@@ -152,6 +159,8 @@ impl<'a> Fetcher<'a> {
             throttle: config
                 .throttle_bytes_per_second
                 .map(|r| Throttle::new(r, Instant::now())),
+            source_wire,
+            source_ends,
             batch: None,
         };
         fetcher.source_topic_id = fetcher.describe_source()?;
@@ -183,13 +192,19 @@ impl<'a> Fetcher<'a> {
             fetcher.prepare_partition(partition, &recorded, end)?;
         }
         if config.engine == Engine::Batch {
-            fetcher.batch = Some(BatchPath::start(
+            let path = BatchPath::start(
                 config,
+                &fetcher.source_wire,
                 &fetcher.source_config,
                 &fetcher.destination_config,
                 &fetcher.limits,
                 &fetcher.units,
-            )?);
+            )?;
+            // The moment the lease runs out, the wire client writes nothing more either.
+            if let Some(l) = lease {
+                l.guard_wire(path.destination().clone());
+            }
+            fetcher.batch = Some(path);
         } else {
             fetcher.assign_consumer()?;
         }
@@ -295,46 +310,52 @@ impl<'a> Fetcher<'a> {
         Ok(description.topic_id)
     }
 
-    /// The source partition's (log start, high watermark).
+    /// The source partition's (log start, high watermark), asked of its leader with the wire
+    /// client (whose metadata follows leader changes as its requests meet them), again while the
+    /// answer is an error, within `timeout`.
     pub(super) fn source_watermarks(
         &self,
         partition: i32,
         timeout: Duration,
     ) -> Result<(i64, i64), Stop> {
+        use kmirror_wire::{Isolation, OffsetSpec};
         let topic = &self.config.source_topic;
-        if let Some(path) = &self.batch {
-            return path
-                .source_watermarks(topic, partition, timeout)
-                .ok_or_else(|| Stop::FetchWatermarks {
-                    side: Side::Source,
-                    topic: topic.clone(),
-                    partition,
-                    source: rdkafka::error::KafkaError::MetadataFetch(
-                        rdkafka::types::RDKafkaErrorCode::OperationTimedOut,
-                    ),
-                });
-        }
-        // Asked again within the timeout: right after a leader change (which the batch engine
-        // notices before librdkafka's metadata does) the old leader answers NotLeader.
-        let deadline = Instant::now() + timeout;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.consumer.fetch_watermarks(topic, partition, left) {
-                Ok(w) => return Ok(w),
-                Err(e) if left > Duration::from_secs(1) => {
-                    tracing::debug!(partition, error = %e, "source watermarks; asking again");
-                    std::thread::sleep(Duration::from_millis(500));
+        let client = &self.source_wire.client;
+        let asked = self.source_wire.runtime.block_on(async {
+            tokio::time::timeout(timeout, async {
+                loop {
+                    let listed = client
+                        .list_offsets(
+                            topic,
+                            &[
+                                (partition, OffsetSpec::Earliest),
+                                (partition, OffsetSpec::Latest),
+                            ],
+                            Isolation::ReadUncommitted,
+                        )
+                        .await;
+                    match listed.as_deref() {
+                        Ok([low, high]) if low.error.is_ok() && high.error.is_ok() => {
+                            return (low.offset, high.offset);
+                        }
+                        other => {
+                            tracing::debug!(partition, answer = ?other.map(|l| l.len()), "source watermarks; asking again");
+                            client.mark_stale();
+                            tokio::time::sleep(Duration::from_millis(500)).await;
+                        }
+                    }
                 }
-                Err(source) => {
-                    return Err(Stop::FetchWatermarks {
-                        side: Side::Source,
-                        topic: topic.clone(),
-                        partition,
-                        source,
-                    });
-                }
-            }
-        }
+            })
+            .await
+        });
+        asked.map_err(|_| Stop::FetchWatermarks {
+            side: Side::Source,
+            topic: topic.clone(),
+            partition,
+            source: rdkafka::error::KafkaError::MetadataFetch(
+                rdkafka::types::RDKafkaErrorCode::OperationTimedOut,
+            ),
+        })
     }
 
     /// Gathers the facts of one partition, decides its start and carries the decision out.
@@ -420,6 +441,9 @@ impl<'a> Fetcher<'a> {
             first_chunk,
             recorded_chunks,
         );
+        // A transaction the previous run saw open: still open since then if the last stable
+        // offset still stands where it held it (the first look decides).
+        unit.open_transaction = position.and_then(|p| p.open_transaction);
         if first_start {
             // Record the identity (and any alignment plan or starting map) before writing data.
             self.write_position(&unit, FetcherStatus::Running, None)?;

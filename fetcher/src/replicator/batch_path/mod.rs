@@ -3,26 +3,34 @@
 //! destination offset with the same [`Cursor`](crate::cursor::Cursor) as the record engine (new
 //! map segments persisted before the records behind them), rewrite only the batch header for
 //! the destination (the fetcher's own idempotent producer id, epoch and sequence) and produce one
-//! batch per partition per request, at most five in flight. Every acknowledgement's base offset
-//! is checked against the one the batch had to get; a retriable failure resends the unconfirmed
-//! batches unchanged and in order (the broker answers a batch it already has with its first
-//! offset); a refusal stops the partition with the source offset. Start-up, the source checks,
-//! positions and the stop are the record engine's.
+//! batch per partition per request (`send`: in order, on one connection per partition, and
+//! nothing more after a failure until every earlier batch is accounted for). Every
+//! acknowledgement's base offset is checked against the one the batch had to get; a refusal
+//! stops the partition with the source offset.
+//!
+//! Fetches go to each leader on their own (`kmirror_wire::Client::fetch_groups`): a leader that
+//! does not answer holds up only the partitions it leads. Each request puts the partitions that
+//! got only the truncated start of an oversized batch last time first (a broker returns a whole
+//! batch larger than the partition's fetch size only to the first partition with data in its
+//! answer), and turns the order of the others round. Start-up, the source checks, positions and
+//! the stop are the record engine's.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use kmirror_wire::records::{BatchProducer, encode_batch};
 use kmirror_wire::{
     Client, FetchOptions, FetchPartition, FetchedPartition, KafkaCode, ProduceOptions,
-    ProducerIdentity, WireConfig, WireError,
+    ProducerIdentity,
 };
 use rdkafka::ClientConfig;
+use tokio::sync::mpsc;
 
 use super::batch_plan::{self, Destination, Piece};
 use super::limits::DestinationLimits;
 use super::position::persist_map;
+use super::source_ends::{SOURCE_REQUEST_TIMEOUT, SourceWire, wire_config};
 use super::stop::{Side, Stop};
 use super::watchdog::Watchdog;
 use super::{ADMIN_TIMEOUT, Fetcher, Unit};
@@ -31,15 +39,9 @@ use crate::cursor::Accept;
 use crate::memory::MIB;
 use kmirror_state::records::now_ms;
 
-/// Batches in flight per partition (the broker keeps the last five per producer and
+/// Batches queued or in flight per partition (the broker keeps the last five per producer and
 /// partition to answer resent ones).
 const MAX_IN_FLIGHT: usize = 5;
-
-/// A fetch's answer, or its timeout.
-type FetchAnswer = Result<Result<Vec<FetchedPartition>, WireError>, tokio::time::error::Elapsed>;
-
-/// Bound on a source request (a fetch waits at most 100 ms for records).
-const SOURCE_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long the source broker may hold a fetch of every partition of the topic for records.
 const IDLE_FETCH_WAIT: Duration = Duration::from_millis(500);
@@ -48,8 +50,10 @@ const IDLE_FETCH_WAIT: Duration = Duration::from_millis(500);
 const RETRY_BACKOFF: Duration = Duration::from_millis(200);
 
 mod send;
+mod window;
 
 use send::Sent;
+use window::Window;
 
 /// One partition of the batch path.
 struct Lane {
@@ -57,9 +61,17 @@ struct Lane {
     fetch_offset: i64,
     /// Leader epoch of the last batch fetched, for the broker's divergence check.
     last_fetched_epoch: Option<i32>,
+    /// A fetch of this partition is out (its answer not yet taken).
+    fetch_out: bool,
+    /// The last answer held only the truncated start of a batch larger than the fetch size:
+    /// this partition goes first in its next request.
+    starved: bool,
     /// Sequence number of the next batch.
     sequence: i32,
+    /// Batches not yet confirmed, in order: queued, then on the wire.
     sent: VecDeque<Sent>,
+    /// How many of them may be on the wire.
+    window: Window,
 }
 
 /// What a fetched partition calls for besides copying.
@@ -73,7 +85,7 @@ pub(super) enum Check {
 
 /// The batch engine's clients and in-flight batches.
 pub(super) struct BatchPath {
-    runtime: tokio::runtime::Runtime,
+    runtime: Arc<tokio::runtime::Runtime>,
     source: Client,
     destination: Client,
     producer: ProducerIdentity,
@@ -83,54 +95,36 @@ pub(super) struct BatchPath {
     shape: Destination,
     lanes: BTreeMap<i32, Lane>,
     watchdog: Watchdog,
-    /// The fetch on its way, if one is.
-    pending_fetch: Option<tokio::task::JoinHandle<FetchAnswer>>,
+    /// Answers of the fetches out, each leader's as it comes.
+    fetched_tx: mpsc::UnboundedSender<Vec<FetchedPartition>>,
+    fetched_rx: mpsc::UnboundedReceiver<Vec<FetchedPartition>>,
+    /// Turns the order of the partitions in each fetch round.
+    turn: usize,
     /// When a retry was last logged at WARN (retries repeat every few hundred milliseconds
     /// while a broker restarts; one line in five seconds says it).
     retry_warned: Option<Instant>,
 }
 
-fn wire_config(config: &ClientConfig, side: Side) -> Result<WireConfig, Stop> {
-    let pairs = config
-        .config_map()
-        .into_keys()
-        .map(|k| (k, config.get(k).unwrap_or_default()));
-    WireConfig::from_pairs(pairs).map_err(|source| Stop::ConnectWire { side, source })
-}
-
 impl BatchPath {
-    /// Connects both sides, gets a producer id and starts each partition at its cursor.
+    /// Connects to the destination, gets a producer id and starts each partition at its cursor.
+    /// With write leases, no destination request may outlive the lease's safety margin.
     pub(super) fn start(
         config: &FetcherConfig,
-        source: &ClientConfig,
+        source: &SourceWire,
+        source_config: &ClientConfig,
         destination: &ClientConfig,
         limits: &DestinationLimits,
         units: &BTreeMap<i32, Unit>,
     ) -> Result<BatchPath, Stop> {
-        let mut source_config = wire_config(source, Side::Source)?;
-        // A fetch is answered within its wait; a leader that says nothing for longer is hung (or
-        // gone), and the sooner its connection is given up, the sooner the new leader is found.
-        source_config.request_timeout = source_config.request_timeout.min(SOURCE_REQUEST_TIMEOUT);
-        let destination_config = wire_config(destination, Side::Destination)?;
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("kmirror-wire")
-            .enable_all()
-            .build()
-            .map_err(|e| Stop::ConnectWire {
-                side: Side::Source,
-                source: WireError::Connect {
-                    broker: "(runtime)".into(),
-                    reason: format!("starting the wire runtime: {e}"),
-                },
-            })?;
-        let (source_client, destination_client, producer) = runtime.block_on(async {
-            let s = Client::connect(source_config)
-                .await
-                .map_err(|source| Stop::ConnectWire {
-                    side: Side::Source,
-                    source,
-                })?;
+        let lease = config.lease.is_some();
+        let mut destination_config = wire_config(destination, Side::Destination)?;
+        if lease {
+            let bound = crate::config::LEASE_REQUEST_TIMEOUT;
+            destination_config.request_timeout = destination_config.request_timeout.min(bound);
+            destination_config.connect_timeout = destination_config.connect_timeout.min(bound);
+        }
+        let runtime = source.runtime.clone();
+        let (destination_client, producer) = runtime.block_on(async {
             let d = Client::connect(destination_config)
                 .await
                 .map_err(|source| Stop::ConnectWire {
@@ -144,13 +138,13 @@ impl BatchPath {
                     side: Side::Destination,
                     source,
                 })?;
-            Ok::<_, Stop>((s, d, id))
+            Ok::<_, Stop>((d, id))
         })?;
         // Fetch responses are the engine's memory: the consumer's sizes (derived from the
         // memory budget, or the user's consumerProperties); the broker returns a partition's
         // first batch even when it is larger.
         let size = |key: &str, default: u64| {
-            source
+            source_config
                 .get(key)
                 .and_then(|v| v.parse::<u64>().ok())
                 .unwrap_or(default)
@@ -158,15 +152,15 @@ impl BatchPath {
         };
         let response = size("fetch.max.bytes", 50 * MIB);
         let per_partition = size("max.partition.fetch.bytes", MIB);
-        let lease = config.lease.is_some();
         tracing::info!(
             producer_id = producer.id,
             producer_epoch = producer.epoch,
             "batch engine connected"
         );
+        let (fetched_tx, fetched_rx) = mpsc::unbounded_channel();
         Ok(BatchPath {
             runtime,
-            source: source_client,
+            source: source.client.clone(),
             destination: destination_client,
             producer,
             fetch: FetchOptions {
@@ -203,16 +197,26 @@ impl BatchPath {
                         Lane {
                             fetch_offset: unit.cursor.next_src,
                             last_fetched_epoch: epoch_before(unit),
+                            fetch_out: false,
+                            starved: false,
                             sequence: 0,
                             sent: VecDeque::new(),
+                            window: Window::new(),
                         },
                     )
                 })
                 .collect(),
             watchdog: Watchdog::new(config.stall_timeout),
+            fetched_tx,
+            fetched_rx,
+            turn: 0,
             retry_warned: None,
-            pending_fetch: None,
         })
+    }
+
+    /// The destination client, for the write lease to fence the moment it runs out.
+    pub(super) fn destination(&self) -> &Client {
+        &self.destination
     }
 
     /// Whether a retry should be logged at WARN now (at most once in five seconds).
@@ -227,93 +231,7 @@ impl BatchPath {
         due
     }
 
-    /// The source partition's log start and high watermark, asked of its leader with the wire
-    /// client (whose metadata follows leader changes as its fetches meet them; an unassigned
-    /// librdkafka consumer's does not). `None`: no answer within `timeout`.
-    pub(super) fn source_watermarks(
-        &self,
-        topic: &str,
-        partition: i32,
-        timeout: Duration,
-    ) -> Option<(i64, i64)> {
-        use kmirror_wire::OffsetSpec;
-        let source = self.source.clone();
-        let asked = self.runtime.block_on(async {
-            tokio::time::timeout(timeout, async {
-                for attempt in 0..10 {
-                    let listed = source
-                        .list_offsets(
-                            topic,
-                            &[
-                                (partition, OffsetSpec::Earliest),
-                                (partition, OffsetSpec::Latest),
-                            ],
-                            kmirror_wire::Isolation::ReadUncommitted,
-                        )
-                        .await;
-                    match listed.as_deref() {
-                        Ok([low, high]) if low.error.is_ok() && high.error.is_ok() => {
-                            return Some((low.offset, high.offset));
-                        }
-                        other => {
-                            tracing::debug!(partition, attempt, answer = ?other.map(|l| l.len()), "source watermarks; asking again");
-                            source.mark_stale();
-                            tokio::time::sleep(Duration::from_millis(500)).await;
-                        }
-                    }
-                }
-                None
-            })
-            .await
-        });
-        asked.ok().flatten()
-    }
-
-    /// The source log starts and high watermarks of `partitions` of `topic`: two questions per
-    /// leader for all of them (the starts, then the ends); the partitions without an answer
-    /// within `timeout` are left out (the caller asks them one by one).
-    pub(super) fn source_watermarks_of(
-        &self,
-        topic: &str,
-        partitions: &[i32],
-        timeout: Duration,
-    ) -> BTreeMap<i32, (i64, i64)> {
-        use kmirror_wire::OffsetSpec;
-        let source = self.source.clone();
-        let listed = self.runtime.block_on(async {
-            tokio::time::timeout(timeout, async {
-                let mut answers = Vec::new();
-                for spec in [OffsetSpec::Earliest, OffsetSpec::Latest] {
-                    let asked: Vec<(i32, OffsetSpec)> =
-                        partitions.iter().map(|&p| (p, spec)).collect();
-                    let listed = source
-                        .list_offsets(topic, &asked, kmirror_wire::Isolation::ReadUncommitted)
-                        .await?;
-                    answers.push(
-                        listed
-                            .into_iter()
-                            .filter(|l| l.error.is_ok())
-                            .map(|l| (l.partition, l.offset))
-                            .collect::<BTreeMap<i32, i64>>(),
-                    );
-                }
-                Ok::<_, WireError>(answers)
-            })
-            .await
-        });
-        let Ok(Ok(answers)) = listed else {
-            return BTreeMap::new();
-        };
-        let [starts, ends] = &answers[..] else {
-            return BTreeMap::new();
-        };
-        starts
-            .iter()
-            .filter_map(|(&p, &low)| Some((p, (low, *ends.get(&p)?))))
-            .collect()
-    }
-
-    /// Batches in flight over all partitions.
+    /// Batches queued or in flight over all partitions.
     fn in_flight(&self) -> usize {
         self.lanes.values().map(|l| l.sent.len()).sum()
     }
@@ -334,12 +252,10 @@ impl BatchPath {
         }
     }
 
-    /// Drops every batch in flight (they may or may not land; the next start reads the
-    /// destination log end).
+    /// Drops every batch queued or in flight (they may or may not land; the next start reads
+    /// the destination log end). Answers of fetches still out are ignored when they come (their
+    /// fetch offset is no lane's any more, or the lane fetches again from its cursor).
     pub(super) fn purge(&mut self, units: &mut BTreeMap<i32, Unit>) {
-        if let Some(fetch) = self.pending_fetch.take() {
-            fetch.abort();
-        }
         for (p, lane) in self.lanes.iter_mut() {
             lane.sent.clear();
             if let Some(unit) = units.get_mut(p) {
@@ -348,6 +264,32 @@ impl BatchPath {
             }
         }
     }
+
+    /// The order of the partitions to fetch now: those with room for batches and no fetch out,
+    /// the starved first, then the others turned round by one place each round.
+    fn to_fetch(&mut self) -> Vec<i32> {
+        let ready: Vec<i32> = self
+            .lanes
+            .iter()
+            .filter(|(_, l)| !l.fetch_out && l.sent.len() < MAX_IN_FLIGHT)
+            .map(|(&p, _)| p)
+            .collect();
+        let order = fetch_order(&ready, |p| self.lanes[&p].starved, self.turn);
+        self.turn = self.turn.wrapping_add(1);
+        order
+    }
+}
+
+/// `ready` partitions in request order: the starved first, then the rest from place
+/// `turn % len` on, wrapping round.
+fn fetch_order(ready: &[i32], starved: impl Fn(i32) -> bool, turn: usize) -> Vec<i32> {
+    let (first, rest): (Vec<i32>, Vec<i32>) = ready.iter().partition(|&&p| starved(p));
+    let mut order = first;
+    if !rest.is_empty() {
+        let at = turn % rest.len();
+        order.extend(rest[at..].iter().chain(&rest[..at]));
+    }
+    order
 }
 
 /// The leader epoch of the record right before the cursor, when known.
@@ -374,9 +316,9 @@ impl Fetcher<'_> {
         self.batch.as_mut().expect("the batch engine runs")
     }
 
-    /// One round of the batch engine: fetch what the partitions with room in flight can take
-    /// (waiting at most `wait`), copy it, and apply the answers that arrived. Returns the check
-    /// a fetched partition called for.
+    /// One round of the batch engine: ask for what the partitions with room can take, copy the
+    /// answers that came (waiting at most `wait` for one) and apply the destination's answers.
+    /// Returns the check a fetched partition called for.
     pub(super) fn mirror_batches(&mut self, wait: Duration) -> Result<Option<Check>, Stop> {
         let all_full = self
             .batch_path()
@@ -396,36 +338,22 @@ impl Fetcher<'_> {
         Ok(check)
     }
 
-    /// Fetches every partition with room in flight from its fetch offset.
+    /// Asks each partition with room and no fetch out for records from its fetch offset (each
+    /// leader on its own), and takes the answers that came within `wait`.
     fn fetch_batches(
         &mut self,
         wait: Duration,
     ) -> Result<(Vec<FetchedPartition>, Option<Check>), Stop> {
         let topic = self.config.source_topic.clone();
         let path = self.batch_path();
-        let wanted: Vec<FetchPartition> = path
-            .lanes
-            .iter()
-            .filter(|(_, l)| l.sent.len() < MAX_IN_FLIGHT)
-            .map(|(&p, l)| FetchPartition {
-                partition: p,
-                offset: l.fetch_offset,
-                max_bytes: path.partition_max_bytes,
-                last_fetched_epoch: l.last_fetched_epoch,
-            })
-            .collect();
-        // A fetch runs on the wire runtime and the loop waits for it only a little longer than
-        // the broker may: a hung leader must not hold up the heartbeat, the lag refresh and the
-        // positions (a stale position would say caught up).
-        if path.pending_fetch.is_none() {
-            if wanted.is_empty() {
-                return Ok((Vec::new(), None));
-            }
-            // With every partition in the fetch, an answer comes as soon as any has records:
+        let order = path.to_fetch();
+        let out = path.lanes.values().filter(|l| l.fetch_out).count();
+        if !order.is_empty() {
+            // With every partition asked at once, an answer comes as soon as any has records:
             // the broker may wait longer for them, so that an idle topic asks five times less
             // often (hundreds of topics in a pool pod). A partition left out (its batches in
             // flight) must not wait behind it.
-            let max_wait = if wanted.len() == path.lanes.len() {
+            let max_wait = if order.len() == path.lanes.len() {
                 wait.max(IDLE_FETCH_WAIT)
             } else {
                 wait
@@ -434,50 +362,95 @@ impl Fetcher<'_> {
                 max_wait,
                 ..path.fetch
             };
-            let source = path.source.clone();
-            path.pending_fetch = Some(path.runtime.spawn(async move {
-                tokio::time::timeout(
-                    max_wait + SOURCE_REQUEST_TIMEOUT + Duration::from_secs(1),
-                    source.fetch(&topic, &wanted, &options),
-                )
-                .await
-            }));
-        }
-        let handle = path.pending_fetch.as_mut().expect("set above");
-        let done = path.runtime.block_on(async {
-            tokio::time::timeout(wait + Duration::from_millis(100), handle).await
-        });
-        let Ok(joined) = done else {
-            return Ok((Vec::new(), None)); // still out: the loop goes on, and looks again
-        };
-        path.pending_fetch = None;
-        let source = path.source.clone();
-        let fetched = match joined {
-            Ok(Ok(Ok(f))) => f,
-            Ok(Ok(Err(e))) => {
-                if path.warn_retry() {
-                    tracing::warn!(error = %e, "source fetch failed; fetching again");
-                } else {
-                    tracing::debug!(error = %e, "source fetch failed; fetching again");
+            let wanted: Vec<FetchPartition> = order
+                .iter()
+                .map(|p| {
+                    let l = &path.lanes[p];
+                    FetchPartition {
+                        partition: *p,
+                        offset: l.fetch_offset,
+                        max_bytes: path.partition_max_bytes,
+                        last_fetched_epoch: l.last_fetched_epoch,
+                    }
+                })
+                .collect();
+            for p in &order {
+                path.lanes.get_mut(p).expect("listed").fetch_out = true;
+            }
+            let (source, tx) = (path.source.clone(), path.fetched_tx.clone());
+            let timeout = max_wait + SOURCE_REQUEST_TIMEOUT + Duration::from_secs(1);
+            path.runtime.spawn(async move {
+                let planned = source
+                    .fetch_groups(&topic, &wanted, &options, timeout)
+                    .await;
+                match planned {
+                    Ok((failed, groups)) => {
+                        if !failed.is_empty() {
+                            let _ = tx.send(failed);
+                        }
+                        for group in groups {
+                            let tx = tx.clone();
+                            tokio::spawn(async move {
+                                let _ = tx.send(group.answer.await);
+                            });
+                        }
+                    }
+                    Err(e) => {
+                        source.mark_stale();
+                        let failure = e.to_string();
+                        let _ = tx.send(
+                            wanted
+                                .iter()
+                                .map(|p| FetchedPartition {
+                                    partition: p.partition,
+                                    fetch_offset: p.offset,
+                                    error: KafkaCode::NETWORK_EXCEPTION,
+                                    high_watermark: -1,
+                                    last_stable_offset: -1,
+                                    log_start_offset: -1,
+                                    aborted: Vec::new(),
+                                    diverging_epoch: None,
+                                    leader_epoch: -1,
+                                    records: Bytes::new(),
+                                    failure: Some(failure.clone()),
+                                })
+                                .collect(),
+                        );
+                    }
                 }
-                source.mark_stale();
-                std::thread::sleep(RETRY_BACKOFF);
-                return Ok((Vec::new(), None));
+            });
+        }
+        // The answers that came; if none yet, wait a little for the first (a loop that never
+        // waits would spin). A leader that does not answer holds up only its own partitions,
+        // and the loop goes on (heartbeat, lag, positions) while it is out.
+        let mut answers: Vec<FetchedPartition> = Vec::new();
+        while let Ok(a) = path.fetched_rx.try_recv() {
+            answers.extend(a);
+        }
+        if answers.is_empty() && (out > 0 || !order.is_empty()) {
+            let rx = &mut path.fetched_rx;
+            let first = path.runtime.block_on(async {
+                tokio::time::timeout(wait + Duration::from_millis(100), rx.recv()).await
+            });
+            if let Ok(Some(a)) = first {
+                answers.extend(a);
             }
-            Ok(Err(_)) => {
-                tracing::warn!("source fetch timed out; fetching again");
-                source.mark_stale();
-                return Ok((Vec::new(), None));
+            while let Ok(a) = path.fetched_rx.try_recv() {
+                answers.extend(a);
             }
-            Err(e) => {
-                tracing::warn!(error = %e, "source fetch task failed; fetching again");
-                return Ok((Vec::new(), None));
-            }
-        };
+        }
         let mut check = None;
-        let mut ok = Vec::with_capacity(fetched.len());
+        let mut ok = Vec::with_capacity(answers.len());
         let mut backoff = false;
-        for f in fetched {
+        let mut failure = None;
+        for f in answers {
+            let Some(lane) = path.lanes.get_mut(&f.partition) else {
+                continue;
+            };
+            lane.fetch_out = false;
+            if f.fetch_offset != lane.fetch_offset {
+                continue; // repositioned while the fetch was out
+            }
             if f.diverging_epoch.is_some() || f.error == KafkaCode::OFFSET_OUT_OF_RANGE {
                 tracing::warn!(
                     partition = f.partition,
@@ -493,11 +466,18 @@ impl Fetcher<'_> {
                 check.get_or_insert(Check::SourceIdentity);
                 backoff = true;
             } else if !f.error.is_ok() {
-                tracing::debug!(partition = f.partition, error = %f.error.name(), "source fetch error; fetching again");
+                tracing::debug!(partition = f.partition, error = %f.error.name(), failure = ?f.failure, "source fetch error; fetching again");
+                failure = failure.or(f.failure.clone().map(|why| (f.partition, why)));
                 backoff = true;
             } else {
                 ok.push(f);
             }
+        }
+        if let Some((partition, why)) = failure {
+            if path.warn_retry() {
+                tracing::warn!(partition, "source fetch failed ({why}); fetching again");
+            }
+            path.source.mark_stale();
         }
         if backoff && ok.is_empty() {
             std::thread::sleep(RETRY_BACKOFF);
@@ -533,6 +513,22 @@ impl Fetcher<'_> {
                 offset: from,
                 source,
             })?;
+        // Records came but not one whole entry: the start of a batch larger than this
+        // partition's share of the answer. Asked first next time, the broker returns it whole.
+        let starved = plan.next_offset == from && !fetched.records.is_empty();
+        if starved {
+            tracing::debug!(
+                partition = p,
+                offset = from,
+                bytes = fetched.records.len(),
+                "only the start of an oversized batch came; asking for it first next time"
+            );
+        }
+        self.batch_path()
+            .lanes
+            .get_mut(&p)
+            .expect("checked above")
+            .starved = starved;
         let mut outgoing = Vec::with_capacity(plan.pieces.len());
         let mut gap = false;
         // A record the destination would refuse: what comes before it is copied, then the
@@ -656,55 +652,83 @@ fn accept_piece(
                 "records re-encoded"
             );
             metrics.batches_reencoded.get_or_create(&unit.labels).inc();
-            let mut out = Vec::new();
-            for chunk in batch_plan::chunks(&records, shape.max_message_bytes) {
-                if refused.is_some() {
+            // Each record is checked first: a refusal copies the records before it and names it.
+            let mut kept = Vec::with_capacity(records.len());
+            let mut first = None;
+            for r in &records {
+                if let Err(why) =
+                    check
+                        .limits
+                        .check(batch_plan::record_size(r), Some(r.timestamp), check.now_ms)
+                {
+                    *refused = Some(Stop::RecordRefused {
+                        topic: check.topic.to_string(),
+                        partition,
+                        source_offset: r.offset,
+                        why,
+                    });
                     break;
                 }
-                let mut first = None;
-                let mut last = -1;
-                let mut kept = Vec::with_capacity(chunk.len());
-                for r in chunk {
-                    if let Err(why) = check.limits.check(
-                        batch_plan::record_size(r),
-                        Some(r.timestamp),
-                        check.now_ms,
-                    ) {
-                        *refused = Some(Stop::RecordRefused {
-                            topic: check.topic.to_string(),
-                            partition,
-                            source_offset: r.offset,
-                            why,
-                        });
-                        break;
-                    }
-                    if let Some(dst) = accept(r.offset, epoch)? {
-                        first.get_or_insert(dst);
-                        last = dst;
-                        kept.push(r.clone());
-                    }
+                if let Some(dst) = accept(r.offset, epoch)? {
+                    first.get_or_insert(dst);
+                    kept.push(r.clone());
                 }
-                let Some(first_dst) = first else { continue };
-                let encoded =
-                    encode_batch(&kept, codec, 0, BatchProducer::NONE).map_err(|source| {
-                        Stop::SourceBatch {
-                            topic: unit.labels.topic.clone(),
-                            partition,
-                            offset: kept[0].offset,
-                            source,
-                        }
-                    })?;
+            }
+            let Some(mut next_dst) = first else {
+                return Ok(Vec::new());
+            };
+            // Destination offsets of the records kept are consecutive from the first.
+            let mut out = Vec::new();
+            let mut at = 0;
+            let encoded = batch_plan::encode_fitting(&kept, codec, shape.max_message_bytes)
+                .map_err(|source| Stop::SourceBatch {
+                    topic: unit.labels.topic.clone(),
+                    partition,
+                    offset: kept[0].offset,
+                    source,
+                })?;
+            for (count, batch) in encoded {
+                let run = &kept[at..at + count];
                 out.push(Outgoing {
-                    batch: encoded,
-                    first_dst,
-                    last_dst: last,
-                    first_src: kept[0].offset,
-                    bytes: kept.iter().map(batch_plan::record_size).sum::<usize>() as u64,
-                    max_timestamp: kept.iter().map(|r| r.timestamp).max().unwrap_or(-1),
+                    batch,
+                    first_dst: next_dst,
+                    last_dst: next_dst + count as i64 - 1,
+                    first_src: run[0].offset,
+                    bytes: run.iter().map(batch_plan::record_size).sum::<usize>() as u64,
+                    max_timestamp: run.iter().map(|r| r.timestamp).max().unwrap_or(-1),
                     passed: false,
                 });
+                next_dst += count as i64;
+                at += count;
             }
             Ok(out)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fetch_order;
+
+    #[test]
+    fn starved_partitions_go_first_and_the_rest_turn_round() {
+        #[rustfmt::skip]
+        let table: Vec<(&str, Vec<i32>, Vec<i32>, usize, Vec<i32>)> = vec![
+            // name, ready, starved, turn → request order
+            ("nothing ready", vec![], vec![], 3, vec![]),
+            ("turn 0: in order", vec![0, 1, 2], vec![], 0, vec![0, 1, 2]),
+            ("turn 1: the second first", vec![0, 1, 2], vec![], 1, vec![1, 2, 0]),
+            ("the turn wraps", vec![0, 1, 2], vec![], 5, vec![2, 0, 1]),
+            ("a starved partition first, whatever the turn", vec![0, 1, 2], vec![2], 0, vec![2, 0, 1]),
+            ("several starved, in order, then the rest turned", vec![0, 1, 2, 3], vec![1, 3], 1, vec![1, 3, 2, 0]),
+            ("only starved ones", vec![4, 5], vec![4, 5], 7, vec![4, 5]),
+        ];
+        for (name, ready, starved, turn, expect) in table {
+            assert_eq!(
+                fetch_order(&ready, |p| starved.contains(&p), turn),
+                expect,
+                "{name}"
+            );
         }
     }
 }

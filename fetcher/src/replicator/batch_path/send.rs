@@ -1,7 +1,12 @@
-//! The batch engine's writes: batches in flight per partition (at most five), the broker's
-//! answers applied in order — each base offset checked against the one the batch had to get —,
-//! a retriable failure answered by resending the partition's unconfirmed batches unchanged and
-//! in order, a refusal named with the batch's first source offset, and the stall watchdog.
+//! The batch engine's writes. A partition's batches are queued in order and go on the wire as
+//! its [`Window`](super::window::Window) allows, all on the connection the earlier ones took: a
+//! batch whose route moved (a reconnect, a new leader) waits until every earlier one is
+//! answered. The broker's answers are applied in order — each base offset checked against the
+//! one the batch had to get. A retriable failure stops the partition's sends: every other answer
+//! still out is awaited and checked (one that landed elsewhere than it had to stops the
+//! partition), then every unconfirmed batch is sent again unchanged, one at a time, until all of
+//! them are confirmed. A refusal is named with the batch's first source offset; the stall
+//! watchdog turns a destination that confirms nothing into a stop.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -9,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures::FutureExt;
-use kmirror_wire::{Client, KafkaCode, ProduceOptions, Produced, Rewrite, WireError, batch};
+use kmirror_wire::{KafkaCode, Produced, Rewrite, WireError, batch};
 use rdkafka::error::RDKafkaErrorCode;
 
 use super::{MAX_IN_FLIGHT, Outgoing, RETRY_BACKOFF};
@@ -19,9 +24,17 @@ use crate::replicator::watchdog::Watch;
 
 pub(super) type Answer = Pin<Box<dyn Future<Output = Result<Produced, WireError>> + Send>>;
 
-/// A batch on its way to the destination.
+/// Where a batch is.
+enum Wire {
+    /// Not on the wire: new, or to be sent again.
+    Queued,
+    /// On connection `conn` (0: the send itself failed), its answer to come.
+    Out { conn: u64, answer: Answer },
+}
+
+/// A batch not yet confirmed.
 pub(super) struct Sent {
-    /// The bytes as produced (resent unchanged after a retriable failure).
+    /// The bytes as produced (sent again unchanged after a retriable failure).
     batch: Bytes,
     /// Destination offsets its first and last record must get.
     first_dst: i64,
@@ -32,8 +45,20 @@ pub(super) struct Sent {
     bytes: u64,
     /// Its newest record timestamp.
     max_timestamp: i64,
-    /// The broker's answer; `None` after a failure until the batch is resent.
-    answer: Option<Answer>,
+    wire: Wire,
+}
+
+impl Sent {
+    fn conn(&self) -> Option<u64> {
+        match &self.wire {
+            Wire::Out { conn, .. } if *conn != 0 => Some(*conn),
+            _ => None,
+        }
+    }
+
+    fn is_out(&self) -> bool {
+        matches!(self.wire, Wire::Out { .. })
+    }
 }
 
 /// The librdkafka code of a broker error code the limits know how to explain.
@@ -48,8 +73,16 @@ fn refusal_code(code: KafkaCode) -> Option<RDKafkaErrorCode> {
     })
 }
 
+/// Whether the failure of a partition's oldest unconfirmed batch leaves the batch to be sent
+/// again (it may or may not have landed; resent unchanged, the broker answers a batch it has
+/// with its offset).
+fn retriable(e: &WireError) -> bool {
+    e.is_retriable()
+}
+
 impl Fetcher<'_> {
-    /// Puts one batch on the wire (after the lease check), waiting for room first.
+    /// Queues one batch of partition `p` (waiting for room first) and puts what the window
+    /// allows on the wire.
     pub(super) fn send_batch(&mut self, p: i32, out: Outgoing) -> Result<(), Stop> {
         while self.batch_path().lanes[&p].sent.len() >= MAX_IN_FLIGHT {
             self.drain_batches(true)?;
@@ -64,12 +97,8 @@ impl Fetcher<'_> {
                 wait -= slice;
             }
         }
-        if let Some(l) = self.lease {
-            l.check()?;
-        }
-        let topic = self.config.destination_topic.clone();
         let source_topic = self.config.source_topic.clone();
-        let path = self.batch.as_mut().expect("the batch engine runs");
+        let path = self.batch_path();
         let producer = path.producer;
         let lane = path.lanes.get_mut(&p).expect("owned partition");
         let count = (out.last_dst - out.first_dst + 1) as i32;
@@ -91,14 +120,6 @@ impl Fetcher<'_> {
             source,
         })?;
         lane.sequence = batch::next_sequence(lane.sequence, count);
-        let answer = send(
-            &path.runtime,
-            &path.destination,
-            &topic,
-            p,
-            bytes.clone(),
-            path.produce,
-        );
         lane.sent.push_back(Sent {
             batch: bytes,
             first_dst: out.first_dst,
@@ -106,14 +127,76 @@ impl Fetcher<'_> {
             first_src: out.first_src,
             bytes: out.bytes,
             max_timestamp: out.max_timestamp,
-            answer: Some(answer),
+            wire: Wire::Queued,
         });
-        Ok(())
+        self.pump(p)
+    }
+
+    /// Puts partition `p`'s queued batches on the wire while its window has room and their route
+    /// is the connection the batches out took (after the lease check, each).
+    fn pump(&mut self, p: i32) -> Result<(), Stop> {
+        let topic = self.config.destination_topic.clone();
+        loop {
+            let path = self.batch.as_mut().expect("the batch engine runs");
+            let lane = path.lanes.get_mut(&p).expect("owned partition");
+            let out = lane.sent.iter().take_while(|s| s.is_out()).count();
+            if out >= lane.sent.len() || out >= lane.window.limit() {
+                return Ok(());
+            }
+            // A send that failed by itself (conn 0) is dealt with by the next drain first.
+            if lane.sent.iter().take(out).any(|s| s.conn().is_none()) {
+                return Ok(());
+            }
+            let pin = lane.sent.front().and_then(Sent::conn);
+            if let Some(l) = self.lease {
+                l.check()?;
+            }
+            let path = self.batch.as_mut().expect("the batch engine runs");
+            let lane = path.lanes.get_mut(&p).expect("owned partition");
+            let next = &mut lane.sent[out];
+            let sent = path.runtime.block_on(path.destination.send_produce_pinned(
+                &topic,
+                p,
+                next.batch.clone(),
+                &path.produce,
+                pin,
+            ));
+            next.wire = match sent {
+                Ok(in_flight) => Wire::Out {
+                    conn: in_flight.connection(),
+                    answer: Box::pin(in_flight.wait()),
+                },
+                // The route moved: this batch waits until the batches on the old one are
+                // answered (and, if they failed, sent again first).
+                Err(WireError::RouteChanged { .. }) => return Ok(()),
+                Err(WireError::Fenced { .. }) => {
+                    if let Some(l) = self.lease {
+                        l.check()?;
+                    }
+                    return Err(Stop::WireDelivery {
+                        topic,
+                        partition: p,
+                        source: WireError::Fenced {
+                            broker: "(destination)".into(),
+                            api: "Produce",
+                        },
+                    });
+                }
+                // Nothing went out; the failure is this batch's answer, and nothing after it
+                // goes out before the next drain has dealt with it.
+                Err(e) => {
+                    next.wire = Wire::Out {
+                        conn: 0,
+                        answer: Box::pin(std::future::ready(Err(e))),
+                    };
+                    return Ok(());
+                }
+            };
+        }
     }
 
     /// Applies the answers that arrived — with `block`, waits for at least the oldest one (up to
-    /// a second). A retriable failure resends that partition's unconfirmed batches unchanged
-    /// and in order.
+    /// a second) — and puts on the wire what the windows then allow.
     pub(in crate::replicator) fn drain_batches(&mut self, block: bool) -> Result<(), Stop> {
         let partitions: Vec<i32> = self.batch_path().lanes.keys().copied().collect();
         let mut confirmed = 0usize;
@@ -122,11 +205,12 @@ impl Fetcher<'_> {
             loop {
                 let path = self.batch.as_mut().expect("the batch engine runs");
                 let lane = path.lanes.get_mut(&p).expect("owned");
-                let Some(front) = lane.sent.front_mut() else {
+                let Some(Sent {
+                    wire: Wire::Out { answer, .. },
+                    ..
+                }) = lane.sent.front_mut()
+                else {
                     break;
-                };
-                let Some(answer) = front.answer.as_mut() else {
-                    break; // awaiting a resend (below)
                 };
                 let result = if block && !waited {
                     waited = true;
@@ -147,17 +231,15 @@ impl Fetcher<'_> {
                 match result {
                     Ok(produced) => {
                         let sent = lane.sent.pop_front().expect("front");
+                        lane.window.confirmed();
                         self.confirm_batch(p, &sent, produced)?;
                         confirmed += 1;
                     }
-                    Err(e) if e.is_retriable() => {
-                        // This answer is spent; the resend gives the batch a new one.
-                        lane.sent.front_mut().expect("front").answer = None;
-                        self.resend(p, &e)?;
-                    }
+                    Err(e) if retriable(&e) => self.recover(p, &e)?,
                     Err(e) => return Err(self.write_failed(p, e)),
                 }
             }
+            self.pump(p)?;
         }
         let in_flight = self.batch_path().in_flight() as i32;
         match self
@@ -207,46 +289,73 @@ impl Fetcher<'_> {
         }
     }
 
-    /// After a retriable failure of partition `p`'s oldest batch: waits for the answers of the
-    /// batches after it (each either failed too or is in the broker's memory), pauses, and sends
-    /// every unconfirmed batch again, unchanged and in order.
-    fn resend(&mut self, p: i32, cause: &WireError) -> Result<(), Stop> {
+    /// After a retriable failure of partition `p`'s oldest batch: sends nothing more until every
+    /// other answer still out is in — each checked: one that landed must have landed where it
+    /// had to —, then queues every unconfirmed batch to be sent again, unchanged, one at a time.
+    fn recover(&mut self, p: i32, cause: &WireError) -> Result<(), Stop> {
         if self.batch_path().warn_retry() {
-            tracing::warn!(partition = p, error = %cause, "write failed; sending the unconfirmed batches again");
+            tracing::warn!(partition = p, error = %cause, "write failed; sending the unconfirmed batches again, one at a time");
         } else {
-            tracing::debug!(partition = p, error = %cause, "write failed; sending the unconfirmed batches again");
+            tracing::debug!(partition = p, error = %cause, "write failed; sending the unconfirmed batches again, one at a time");
         }
         let topic = self.config.destination_topic.clone();
-        {
+        let landed = {
             let path = self.batch_path();
             let lane = path.lanes.get_mut(&p).expect("owned");
-            let answers: Vec<Answer> = lane
-                .sent
-                .iter_mut()
-                .filter_map(|s| s.answer.take())
-                .collect();
-            path.runtime.block_on(async {
-                for a in answers {
-                    let _ = a.await;
+            let mut answers = Vec::new();
+            for (i, s) in lane.sent.iter_mut().enumerate() {
+                if let Wire::Out { answer, .. } = std::mem::replace(&mut s.wire, Wire::Queued)
+                    && i > 0
+                {
+                    answers.push((s.first_dst, s.first_src, answer));
                 }
+            }
+            let unconfirmed = lane.sent.len();
+            lane.window.failed(unconfirmed);
+            let landed = path.runtime.block_on(async {
+                let mut landed = Vec::new();
+                for (expected, first_src, answer) in answers {
+                    if let Ok(produced) = answer.await {
+                        landed.push((expected, first_src, produced.base_offset));
+                    }
+                }
+                landed
             });
             path.destination.mark_stale();
+            landed
+        };
+        // A batch after the failed one that was appended must be where it had to be; anywhere
+        // else, it overtook the failed one: stop, nothing more is written.
+        if let Some(&(expected, first_src, actual)) = landed
+            .iter()
+            .find(|(expected, _, actual)| expected != actual)
+        {
+            tracing::error!(
+                partition = p,
+                first_src,
+                expected,
+                actual,
+                "a batch landed at another offset than it had to after an earlier one failed"
+            );
+            return Err(if actual < expected {
+                Stop::LandedBelow {
+                    topic,
+                    partition: p,
+                    expected,
+                    actual,
+                }
+            } else {
+                Stop::OffsetMismatch {
+                    topic,
+                    partition: p,
+                    expected,
+                    actual,
+                }
+            });
         }
         std::thread::sleep(RETRY_BACKOFF);
         if let Some(l) = self.lease {
             l.check()?;
-        }
-        let path = self.batch_path();
-        let lane = path.lanes.get_mut(&p).expect("owned");
-        for sent in lane.sent.iter_mut() {
-            sent.answer = Some(send(
-                &path.runtime,
-                &path.destination,
-                &topic,
-                p,
-                sent.batch.clone(),
-                path.produce,
-            ));
         }
         Ok(())
     }
@@ -299,7 +408,7 @@ impl Fetcher<'_> {
         Ok(())
     }
 
-    /// Waits until the destination confirmed every batch in flight.
+    /// Waits until the destination confirmed every batch queued or in flight.
     pub(in crate::replicator) fn flush_batches(&mut self, timeout: Duration) -> Result<(), Stop> {
         let deadline = Instant::now() + timeout;
         loop {
@@ -314,22 +423,15 @@ impl Fetcher<'_> {
                     timeout,
                 });
             }
+            // Batches held back (a route that moved, a failed send) go out with the next drain.
+            if !self
+                .batch_path()
+                .lanes
+                .values()
+                .any(|l| l.sent.iter().any(Sent::is_out))
+            {
+                std::thread::sleep(RETRY_BACKOFF);
+            }
         }
-    }
-}
-
-/// Puts a batch on the wire; a failure to send becomes the answer.
-fn send(
-    runtime: &tokio::runtime::Runtime,
-    destination: &Client,
-    topic: &str,
-    partition: i32,
-    batch: Bytes,
-    options: ProduceOptions,
-) -> Answer {
-    let sent = runtime.block_on(destination.send_produce(topic, partition, batch, &options));
-    match sent {
-        Ok(in_flight) => Box::pin(in_flight.wait()),
-        Err(e) => Box::pin(std::future::ready(Err(e))),
     }
 }
