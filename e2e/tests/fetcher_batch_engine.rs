@@ -256,3 +256,227 @@ async fn a_restart_inside_a_batch_copies_the_rest_of_it_through_the_record_path(
         "the rest of the batch took the record path"
     );
 }
+
+/// A fetcher of partitions `partitions` with extra arguments.
+fn batch_fetcher_with(
+    bed: &Testbed,
+    mirror: &str,
+    topic: &str,
+    partitions: &str,
+    extra: &[&str],
+) -> FetcherProcess {
+    let mut a = vec![
+        "--mirror".to_string(),
+        mirror.to_string(),
+        "--source-topic".into(),
+        topic.into(),
+        "--partitions".into(),
+        partitions.into(),
+        "--startup-settle-seconds".into(),
+        "0.2".into(),
+        "--engine".into(),
+        "batch".into(),
+    ];
+    a.extend(extra.iter().map(|s| s.to_string()));
+    a.extend(source_args(bed));
+    a.extend(destination_args(bed));
+    FetcherProcess::spawn(&a)
+}
+
+/// A broker returns a whole batch larger than a partition's fetch size only to the first
+/// partition with data in its answer (KIP-74); the others get its truncated start. A 2 MiB
+/// record on partition 1 must be copied while partition 0 always has data to return — before
+/// partition 0 has caught up, not after.
+#[tokio::test]
+async fn an_oversized_batch_on_the_second_partition_is_copied_while_the_first_has_data() {
+    let bed = Testbed::get();
+    ensure_state_topic(bed);
+    let source = bed.source_config();
+    let dest = bed.dest_config(DestUser::Admin);
+    let topic = unique_name("batch-kip74");
+    create_topic(&source, &topic, 2, &[("max.message.bytes", "4000000")])
+        .await
+        .expect("source topic");
+    create_topic(&dest, &topic, 2, &[("max.message.bytes", "4000000")])
+        .await
+        .expect("destination topic");
+    // Partition 0: a backlog the throttled fetcher needs ~20 s for; partition 1: one 2 MiB
+    // record (more than the 1 MiB a partition gets per fetch).
+    let mut rng = kmirror_e2e::kafka::Rng::new(0x7474);
+    let backlog: Vec<TestRecord> = (0..2_000)
+        .map(|i| TestRecord {
+            partition: 0,
+            key: Some(format!("k{i}").into_bytes()),
+            value: Some((0..20_000).map(|_| rng.below(256) as u8).collect()),
+            headers: vec![],
+        })
+        .collect();
+    produce_all(&source, &topic, &backlog, &[]).expect("backlog");
+    let big = TestRecord {
+        partition: 1,
+        key: Some(b"big".to_vec()),
+        value: Some((0..2 * 1024 * 1024).map(|_| rng.below(256) as u8).collect()),
+        headers: vec![],
+    };
+    produce_all(&source, &topic, &[big], &[("message.max.bytes", "4000000")])
+        .expect("the large record");
+    let mirror = format!("e2e/{topic}");
+    let mut fetcher = batch_fetcher_with(
+        bed,
+        &mirror,
+        &topic,
+        "0,1",
+        &["--throttle-bytes-per-second", "2000000"],
+    );
+    wait_until(
+        "the large record on the destination",
+        Duration::from_secs(60),
+        || watermarks(&dest, &topic, 1).unwrap().1 == 1,
+    );
+    let (_, p0_copied) = watermarks(&dest, &topic, 0).unwrap();
+    assert!(
+        p0_copied < 2_000,
+        "partition 1 was copied while partition 0 still had {} records to copy, not after",
+        2_000 - p0_copied
+    );
+    wait_until("partition 0 caught up", Duration::from_secs(120), || {
+        caught_up(bed, &source, &topic, 2)
+    });
+    fetcher.signal("TERM");
+    assert_eq!(
+        fetcher.wait(Duration::from_secs(30)),
+        Some(0),
+        "{}",
+        fetcher.log_text()
+    );
+    for (p, records) in [(0, 2_000), (1, 1)] {
+        let report = verify(
+            bed,
+            &source,
+            &mirror,
+            &topic,
+            &topic,
+            p,
+            Isolation::ReadCommitted,
+        );
+        assert!(
+            report.is_clean() && report.matched == records,
+            "partition {p}: {report:?}"
+        );
+    }
+}
+
+/// Timestamps inside a batch need not be in order: a record in the middle can be older than the
+/// first and the newest. With a bound on the age on the destination, the record the destination
+/// would refuse is named, and the records before it are copied.
+#[tokio::test]
+async fn a_record_in_the_middle_too_old_for_the_destination_is_named_and_those_before_it_copied() {
+    let bed = Testbed::get();
+    ensure_state_topic(bed);
+    let source = bed.source_config();
+    let dest = bed.dest_config(DestUser::Admin);
+    let topic = unique_name("batch-old-middle");
+    create_topic(&source, &topic, 1, &[])
+        .await
+        .expect("source topic");
+    create_topic(
+        &dest,
+        &topic,
+        1,
+        &[("message.timestamp.before.max.ms", "3600000")],
+    )
+    .await
+    .expect("destination topic");
+    let now = kmirror_state::records::now_ms();
+    // One batch: now, two hours ago, now.
+    let mut lingering = source.clone();
+    lingering.set("linger.ms", "500");
+    kmirror_e2e::kafka::produce_with_timestamps(
+        &lingering,
+        &topic,
+        &[
+            (b"first".to_vec(), now),
+            (b"two hours old".to_vec(), now - 2 * 3_600_000),
+            (b"third".to_vec(), now + 1),
+        ],
+    );
+    let shapes = batch_shapes(&source, &topic).await;
+    assert_eq!(shapes.len(), 1, "one source batch: {shapes:?}");
+    let mirror = format!("e2e/{topic}");
+    let mut fetcher = batch_fetcher_with(bed, &mirror, &topic, "0", &[]);
+    let code = fetcher.wait(Duration::from_secs(60));
+    assert_ne!(code, Some(0), "{}", fetcher.log_text());
+    let message = fetcher.termination_message().unwrap_or_default();
+    assert!(
+        message.contains("offset 1") && message.contains("message.timestamp.before.max.ms"),
+        "the refusal names the record and the limit: {message}"
+    );
+    let copied = kmirror_e2e::kafka::read_all(&dest, &topic, 0, "read_committed").unwrap();
+    assert_eq!(
+        copied.iter().map(|r| r.value.clone()).collect::<Vec<_>>(),
+        vec![Some(b"first".to_vec())],
+        "the record before it was copied, nothing after it"
+    );
+}
+
+/// A batch larger than the destination's `max.message.bytes` is re-encoded in smaller batches;
+/// their size as encoded — record and header framing included — must fit, or the destination
+/// refuses records that each fit.
+#[tokio::test]
+async fn re_encoded_batches_of_records_with_many_headers_fit_the_destination() {
+    let bed = Testbed::get();
+    ensure_state_topic(bed);
+    let source = bed.source_config();
+    let dest = bed.dest_config(DestUser::Admin);
+    let topic = unique_name("batch-headers");
+    create_topic(&source, &topic, 1, &[("max.message.bytes", "4000000")])
+        .await
+        .expect("source topic");
+    create_topic(&dest, &topic, 1, &[("max.message.bytes", "65536")])
+        .await
+        .expect("destination topic");
+    let records: Vec<TestRecord> = (0..200)
+        .map(|i| TestRecord {
+            partition: 0,
+            key: Some(format!("k{i}").into_bytes()),
+            value: Some(vec![b'v'; 100]),
+            headers: (0..300).map(|h| (format!("h{h}"), b"x".to_vec())).collect(),
+        })
+        .collect();
+    produce_all(
+        &source,
+        &topic,
+        &records,
+        &[("linger.ms", "500"), ("message.max.bytes", "4000000")],
+    )
+    .expect("produce");
+    assert!(
+        batch_shapes(&source, &topic).await.len() < 10,
+        "a few large source batches"
+    );
+    let mirror = format!("e2e/{topic}");
+    let mut fetcher = batch_fetcher_with(bed, &mirror, &topic, "0", &[]);
+    wait_until("every record copied", Duration::from_secs(60), || {
+        if let Some(code) = fetcher.exited() {
+            panic!("the fetcher stopped ({code:?}): {}", fetcher.log_text());
+        }
+        caught_up(bed, &source, &topic, 1)
+    });
+    fetcher.signal("TERM");
+    assert_eq!(
+        fetcher.wait(Duration::from_secs(30)),
+        Some(0),
+        "{}",
+        fetcher.log_text()
+    );
+    let report = verify(
+        bed,
+        &source,
+        &mirror,
+        &topic,
+        &topic,
+        0,
+        Isolation::ReadCommitted,
+    );
+    assert!(report.is_clean() && report.matched == 200, "{report:?}");
+}

@@ -123,16 +123,26 @@ pub struct PartitionStatus {
     /// Monotonic counter of state transitions, as persisted in the state topic.
     #[serde(default)]
     pub state_epoch: i64,
-    /// Source log-end offset (high watermark, or last stable offset with read_committed).
+    /// Source log-end offset (high watermark).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_log_end_offset: Option<i64>,
+    /// Source last stable offset, when the fetcher reads committed records only: what it can
+    /// copy up to, and what `lag` is measured against.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_last_stable_offset: Option<i64>,
+    /// A source transaction still open that holds the partition: its records, and every record
+    /// after its first, become readable when it commits (or are skipped when it aborts). The
+    /// partition waits for it; that is not a fault.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub open_source_transaction: Option<OpenTransactionStatus>,
     /// Destination log-end offset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub destination_log_end_offset: Option<i64>,
     /// Last source offset copied to the destination (-1: none yet).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_mirrored_offset: Option<i64>,
-    /// Records the destination is behind the source.
+    /// Records the destination is behind what it can copy (the last stable offset under
+    /// read_committed, else the log end).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lag: Option<i64>,
     /// Age in seconds of the oldest record not yet mirrored (0 when caught up).
@@ -157,6 +167,16 @@ pub struct PartitionStatus {
     /// mirrored offset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub divergence: Option<DivergenceStatus>,
+}
+
+/// An open source transaction holding a partition.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OpenTransactionStatus {
+    /// The first offset it holds (the last stable offset).
+    pub from_offset: i64,
+    /// Since when it has held it, as the fetcher first saw it (RFC 3339).
+    pub since: String,
 }
 
 /// Divergent records found on failback.

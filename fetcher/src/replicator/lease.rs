@@ -387,10 +387,10 @@ impl LeaseHolder {
             client.fence();
         }
         *lock(&self.shared.wire) = Some(client);
-        if self.lapsed() {
-            if let Some(w) = lock(&self.shared.wire).as_ref() {
-                w.fence();
-            }
+        if self.lapsed()
+            && let Some(w) = lock(&self.shared.wire).as_ref()
+        {
+            w.fence();
         }
     }
 

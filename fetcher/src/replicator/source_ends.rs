@@ -256,11 +256,20 @@ mod tests {
         })
     }
 
+    /// name, previous, ends now, isolation → verdict
+    type Row = (
+        &'static str,
+        Option<OpenTransaction>,
+        Option<Ends>,
+        Isolation,
+        Option<OpenTransaction>,
+    );
+
     #[test]
     fn an_open_transaction_is_the_last_stable_offset_held_below_the_high_watermark() {
         use Isolation::{ReadCommitted as Rc, ReadUncommitted as Ru};
         #[rustfmt::skip]
-        let table: Vec<(&str, Option<OpenTransaction>, Option<Ends>, Isolation, Option<OpenTransaction>)> = vec![
+        let table: Vec<Row> = vec![
             // name, previous, ends now, isolation → verdict (now = 5000)
             ("nothing open", None, ends(100, 100), Rc, None),
             ("first seen now", None, ends(100, 40), Rc, open(40, 5000)),

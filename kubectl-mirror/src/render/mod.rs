@@ -134,6 +134,18 @@ pub struct PartitionView {
     pub last_transition_time: Option<String>,
     /// Divergence found on failback.
     pub divergence: Option<DivergenceView>,
+    /// An open source transaction the partition waits for.
+    pub open_source_transaction: Option<OpenTransactionView>,
+}
+
+/// An open source transaction holding a partition.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct OpenTransactionView {
+    /// The first offset it holds.
+    pub from_offset: i64,
+    /// Since when (RFC 3339).
+    pub since: String,
 }
 
 /// Divergent records found on failback.
@@ -174,6 +186,12 @@ impl From<&PartitionStatus> for PartitionView {
                 quarantine_topic: d.quarantine_topic.clone(),
                 quarantined_records: d.quarantined_records,
                 resolution: d.resolution.clone(),
+            }),
+            open_source_transaction: p.open_source_transaction.as_ref().map(|t| {
+                OpenTransactionView {
+                    from_offset: t.from_offset,
+                    since: t.since.clone(),
+                }
             }),
         }
     }
@@ -474,11 +492,20 @@ pub fn topic_rows_wide(t: &TopicView) -> Vec<Vec<String>> {
 }
 
 fn error_cell(p: &PartitionView) -> String {
-    match (&p.last_error, &p.divergence) {
-        (Some(e), _) => one_line(e),
-        (None, Some(d)) => divergence_note(d),
-        (None, None) => String::new(),
+    match (&p.last_error, &p.divergence, &p.open_source_transaction) {
+        (Some(e), _, _) => one_line(e),
+        (None, Some(d), _) => divergence_note(d),
+        (None, None, Some(t)) => open_transaction_note(t),
+        (None, None, None) => String::new(),
     }
+}
+
+/// "waiting: a source transaction open since 2026-12-07T10:00:00Z holds offsets ≥ 150".
+pub fn open_transaction_note(t: &OpenTransactionView) -> String {
+    format!(
+        "waiting: a source transaction open since {} holds offsets ≥ {} (copied once it commits)",
+        t.since, t.from_offset
+    )
 }
 
 /// Rows of one topic: one per partition, or one `PENDING` row without partition status.

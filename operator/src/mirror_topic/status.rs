@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kmirror_crds::v1alpha1::{
-    DivergenceStatus, MirrorTopic, MirrorTopicStatus, PartitionState, PartitionStatus,
+    DivergenceStatus, MirrorTopic, MirrorTopicStatus, OpenTransactionStatus, PartitionState,
+    PartitionStatus,
 };
 use kmirror_state::records::{
     FetcherStatus, POSITION_HEARTBEAT, POSITION_STALE_AFTER, PartitionRecords, StopReason,
@@ -123,9 +124,11 @@ pub fn partition_status(
     let position = r.position.as_ref();
     let stale = stale_for(r, now_ms);
     // A position the fetcher stopped refreshing shows no lag: unknown, never "caught up".
+    // Lag is against what the fetcher can copy: under read_committed, the last stable offset
+    // (an open source transaction holds it; waiting for it is no lag).
     let lag = position.filter(|_| stale.is_none()).and_then(|pos| {
-        pos.source_high_watermark
-            .map(|hw| (hw - pos.source_position.unwrap_or(pos.next_source_offset)).max(0))
+        pos.readable_end()
+            .map(|end| (end - pos.source_position.unwrap_or(pos.next_source_offset)).max(0))
     });
     let last_mirrored = match state.map(|s| s.state) {
         Some(PartitionState::Stopped) => state.and_then(|s| s.last_mirrored_offset),
@@ -159,6 +162,14 @@ pub fn partition_status(
         state: state.map_or(PartitionState::Unknown, |s| s.state),
         state_epoch: state.map_or(0, |s| s.state_epoch),
         source_log_end_offset: position.and_then(|pos| pos.source_high_watermark),
+        source_last_stable_offset: position.and_then(|pos| pos.source_last_stable_offset),
+        open_source_transaction: position
+            .filter(|_| stale.is_none())
+            .and_then(|pos| pos.open_transaction)
+            .map(|t| OpenTransactionStatus {
+                from_offset: t.from_offset,
+                since: rfc3339(t.since_ms).unwrap_or_default(),
+            }),
         destination_log_end_offset: position.map(|pos| pos.destination_offset),
         last_mirrored_offset: last_mirrored,
         lag,
@@ -406,6 +417,49 @@ mod tests {
             (s.lag, s.fetcher_pod.as_deref()),
             (Some(10), Some("t-fetcher-1"))
         );
+    }
+
+    #[test]
+    fn an_open_source_transaction_is_waited_for_not_lag() {
+        let now = 1_700_000_000_000;
+        let waiting = PartitionRecords {
+            state: Some(PartitionStateRecord {
+                state: PartitionState::Mirroring,
+                ..Default::default()
+            }),
+            position: Some(PositionRecord {
+                next_source_offset: 150,
+                source_position: Some(150),
+                source_high_watermark: Some(763),
+                source_last_stable_offset: Some(150),
+                open_transaction: Some(kmirror_state::records::OpenTransaction {
+                    from_offset: 150,
+                    since_ms: now - 192_000,
+                }),
+                updated_at_ms: now - 1_000,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let s = partition_status(0, &waiting, None, now);
+        assert_eq!(s.state, PartitionState::Mirroring);
+        assert_eq!(s.lag, Some(0), "caught up with what can be read");
+        assert_eq!(
+            (s.source_log_end_offset, s.source_last_stable_offset),
+            (Some(763), Some(150))
+        );
+        assert_eq!(
+            s.open_source_transaction,
+            Some(OpenTransactionStatus {
+                from_offset: 150,
+                since: "2023-11-14T22:10:08Z".into(),
+            })
+        );
+        assert_eq!(s.last_error, None, "nothing is wrong");
+        // Behind the last stable offset: that much lag.
+        let mut behind = waiting.clone();
+        behind.position.as_mut().unwrap().source_position = Some(100);
+        assert_eq!(partition_status(0, &behind, None, now).lag, Some(50));
     }
 
     #[test]

@@ -267,7 +267,7 @@ impl BatchPath {
 
     /// The order of the partitions to fetch now: those with room for batches and no fetch out,
     /// the starved first, then the others turned round by one place each round.
-    fn to_fetch(&mut self) -> Vec<i32> {
+    fn next_fetch_order(&mut self) -> Vec<i32> {
         let ready: Vec<i32> = self
             .lanes
             .iter()
@@ -346,7 +346,7 @@ impl Fetcher<'_> {
     ) -> Result<(Vec<FetchedPartition>, Option<Check>), Stop> {
         let topic = self.config.source_topic.clone();
         let path = self.batch_path();
-        let order = path.to_fetch();
+        let order = path.next_fetch_order();
         let out = path.lanes.values().filter(|l| l.fetch_out).count();
         if !order.is_empty() {
             // With every partition asked at once, an answer comes as soon as any has records:
@@ -710,10 +710,13 @@ fn accept_piece(
 mod tests {
     use super::fetch_order;
 
+    /// name, ready, starved, turn → request order
+    type Row = (&'static str, Vec<i32>, Vec<i32>, usize, Vec<i32>);
+
     #[test]
     fn starved_partitions_go_first_and_the_rest_turn_round() {
         #[rustfmt::skip]
-        let table: Vec<(&str, Vec<i32>, Vec<i32>, usize, Vec<i32>)> = vec![
+        let table: Vec<Row> = vec![
             // name, ready, starved, turn → request order
             ("nothing ready", vec![], vec![], 3, vec![]),
             ("turn 0: in order", vec![0, 1, 2], vec![], 0, vec![0, 1, 2]),

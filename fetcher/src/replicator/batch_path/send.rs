@@ -21,6 +21,7 @@ use super::{MAX_IN_FLIGHT, Outgoing, RETRY_BACKOFF};
 use crate::replicator::Fetcher;
 use crate::replicator::stop::Stop;
 use crate::replicator::watchdog::Watch;
+use kmirror_state::records::now_ms;
 
 pub(super) type Answer = Pin<Box<dyn Future<Output = Result<Produced, WireError>> + Send>>;
 
@@ -231,7 +232,7 @@ impl Fetcher<'_> {
                 match result {
                     Ok(produced) => {
                         let sent = lane.sent.pop_front().expect("front");
-                        lane.window.confirmed();
+                        lane.window.confirmed(sent.max_timestamp, now_ms());
                         self.confirm_batch(p, &sent, produced)?;
                         confirmed += 1;
                     }

@@ -3,11 +3,20 @@
 //! expire — takes *any* sequence number: a batch that overtook an earlier, failed one would be
 //! appended at the earlier one's offset. So one batch at a time until the broker confirmed one
 //! of this producer (it then checks every sequence), up to five after that; and after a failure
-//! one at a time again until every batch that was unconfirmed at the failure is confirmed. Pure;
-//! the table test is its specification.
+//! one at a time again until every batch that was unconfirmed at the failure is confirmed.
+//!
+//! A broker drops a producer's state once its last batch's newest timestamp is older than
+//! `producer.id.expiration.ms` (a day by default; checked every ten minutes) — with CreateTime
+//! topics that is the *source* timestamp, so while old records are copied the state can vanish
+//! between two batches. A confirmation of such a batch anchors nothing: one at a time. Pure; the
+//! table test is its specification.
 
 /// Batches the broker remembers per producer and partition to answer a resent one.
 const PIPELINE: usize = 5;
+
+/// A batch whose newest timestamp is older than this may leave the broker without state for
+/// the producer (the broker's default `producer.id.expiration.ms` is 24 hours).
+pub(super) const STATE_EXPIRY_MARGIN_MS: i64 = 23 * 3_600_000;
 
 /// A partition's send window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,9 +45,11 @@ impl Window {
         }
     }
 
-    /// The broker confirmed the oldest batch.
-    pub(super) fn confirmed(&mut self) {
-        self.anchored = true;
+    /// The broker confirmed the oldest batch, whose newest record timestamp is `max_timestamp`
+    /// (-1: none), at `now_ms`: the broker keeps state for the producer unless that timestamp is
+    /// so old that it may drop it.
+    pub(super) fn confirmed(&mut self, max_timestamp: i64, now_ms: i64) {
+        self.anchored = max_timestamp < 0 || now_ms - max_timestamp < STATE_EXPIRY_MARGIN_MS;
         self.recovering = self.recovering.saturating_sub(1);
     }
 
@@ -55,6 +66,8 @@ mod tests {
 
     enum Ev {
         Confirm,
+        /// A confirmation of a batch whose newest timestamp is a day old.
+        ConfirmOld,
         Fail(usize),
     }
 
@@ -74,12 +87,17 @@ mod tests {
             ("... and the count ends", vec![Confirm, Fail(4), Confirm, Fail(2), Confirm, Confirm, Confirm], 5),
             ("a failure first, then confirmations: anchored once the failed ones are in",
              vec![Fail(2), Confirm, Confirm], 5),
+            ("old records: the broker may drop the producer's state, one at a time",
+             vec![Confirm, ConfirmOld], 1),
+            ("fresh records again: pipelined again", vec![ConfirmOld, Confirm], 5),
         ];
         for (name, events, limit) in table {
             let mut w = Window::new();
+            let now = 1_700_000_000_000;
             for e in events {
                 match e {
-                    Confirm => w.confirmed(),
+                    Confirm => w.confirmed(now - 1_000, now),
+                    ConfirmOld => w.confirmed(now - 24 * 3_600_000, now),
                     Fail(n) => w.failed(n),
                 }
             }
