@@ -24,8 +24,19 @@ pub fn test_bin_dir() -> PathBuf {
     }
 }
 
+/// The value of [`BIN_PATH_ANNOTATION`] for a test namespace: [`test_bin_dir`], after the
+/// directory of `KMIRROR_E2E_BIN_DIR` when set (the binaries of another build, e.g. the code
+/// before a fix, to see a test fail on it: its pods run them too).
+pub fn bin_path() -> String {
+    let own = test_bin_dir().display().to_string();
+    match std::env::var("KMIRROR_E2E_BIN_DIR") {
+        Ok(other) if !other.is_empty() => format!("{other}:{own}"),
+        _ => own,
+    }
+}
+
 /// Creates a namespace with a unique name starting with `prefix`, annotated with
-/// [`BIN_PATH_ANNOTATION`] = [`test_bin_dir`].
+/// [`BIN_PATH_ANNOTATION`] = [`bin_path`].
 pub async fn create(client: &kube::Client, prefix: &str) -> anyhow::Result<String> {
     create_with_labels(
         client,
@@ -60,7 +71,7 @@ async fn create_with_labels(
         "metadata": {
             "name": name,
             "labels": labels,
-            "annotations": {BIN_PATH_ANNOTATION: test_bin_dir().display().to_string()}
+            "annotations": {BIN_PATH_ANNOTATION: bin_path()}
         }
     }))?;
     Api::<Namespace>::all(client.clone())

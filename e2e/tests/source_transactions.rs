@@ -137,7 +137,6 @@ fn a_fetcher_waits_for_an_open_transaction_without_calling_it_a_stall() {
         let mut fetcher = FetcherProcess::spawn(&args);
         // Longer than the stall timeout, twice over.
         let open_until = Instant::now() + Duration::from_secs(45);
-        let mut reported = None;
         while Instant::now() < open_until {
             assert_eq!(
                 fetcher.exited(),
@@ -145,30 +144,32 @@ fn a_fetcher_waits_for_an_open_transaction_without_calling_it_a_stall() {
                 "{engine}: the fetcher stopped while a transaction was open: {}",
                 fetcher.log_text()
             );
-            let lso = last_stable(&source, &topic);
-            let position = recorded(bed, &mirror, &topic, 0).position;
-            if let Some(p) = &position
-                && let Some(open) = p.open_transaction
-            {
-                assert_eq!(
-                    open.from_offset, lso,
-                    "{engine}: held at the last stable offset"
-                );
-                reported = Some(open);
-            }
-            std::thread::sleep(Duration::from_secs(2));
+            std::thread::sleep(Duration::from_millis(500));
         }
-        let open = reported.unwrap_or_else(|| {
-            panic!(
-                "{engine}: the position never said a transaction is open: {}",
-                fetcher.log_text()
-            )
-        });
-        let (_, high) = watermarks(&source, &topic, 0).unwrap();
+        // Still open: the position says so, from the last stable offset.
+        let lso = last_stable(&source, &topic);
+        let mut reported = None;
+        wait_until(
+            "the position to say a transaction is open",
+            Duration::from_secs(60),
+            || {
+                reported = recorded(bed, &mirror, &topic, 0)
+                    .position
+                    .and_then(|p| p.open_transaction);
+                reported.is_some()
+            },
+        );
+        let open = reported.expect("reported");
+        assert_eq!(
+            open.from_offset, lso,
+            "{engine}: held at the last stable offset"
+        );
         let position = recorded(bed, &mirror, &topic, 0).position.unwrap();
         assert_eq!(position.source_last_stable_offset, Some(open.from_offset));
-        assert!(position.source_high_watermark.unwrap() > open.from_offset);
-        assert!(high > open.from_offset);
+        assert!(
+            position.source_high_watermark.unwrap() > open.from_offset,
+            "{engine}: records past the open transaction: {position:?}"
+        );
         let labels = format!("mirror=\"{mirror}\",topic=\"{topic}\",partition=\"0\"");
         let text = scrape(&addr);
         assert_eq!(
@@ -261,18 +262,22 @@ async fn a_three_minute_source_transaction_keeps_the_partition_mirroring_and_say
     let traffic = plain_traffic(&source, &topic, stop.clone());
     let txn = open_transaction(&source, &topic, 50);
     let opened = Instant::now();
+    let partition = async || {
+        s.topic("t")
+            .await
+            .and_then(|t| t.status)
+            .and_then(|st| st.partitions.first().cloned())
+            .expect("partition status")
+    };
+    // The state epoch counts transitions: a FAILED and a restart in between would move it.
+    let epoch = partition().await.state_epoch;
     let mut said = false;
     while opened.elapsed() < Duration::from_secs(180) {
-        let t = s.topic("t").await.expect("MirrorTopic");
-        let p = t
-            .status
-            .as_ref()
-            .and_then(|st| st.partitions.first().cloned())
-            .expect("partition status");
+        let p = partition().await;
         assert_eq!(
-            p.state,
-            PartitionState::Mirroring,
-            "after {:?}: {p:?}",
+            (p.state, p.state_epoch),
+            (PartitionState::Mirroring, epoch),
+            "MIRRORING all along, no transition, after {:?}: {p:?}",
             opened.elapsed()
         );
         if let Some(open) = &p.open_source_transaction {
@@ -283,7 +288,6 @@ async fn a_three_minute_source_transaction_keeps_the_partition_mirroring_and_say
         }
         tokio::time::sleep(Duration::from_secs(3)).await;
     }
-    assert!(said, "the status said a source transaction is open");
     let warnings: Vec<(String, String)> = s
         .events("t")
         .await
@@ -315,6 +319,7 @@ async fn a_three_minute_source_transaction_keeps_the_partition_mirroring_and_say
             .is_none_or(|cs| cs.iter().all(|c| c.restart_count == 0))),
         "and never restarted"
     );
+    assert!(said, "the status said a source transaction is open");
     txn.commit_transaction(Duration::from_secs(30))
         .expect("commit");
     stop.store(true, Ordering::Relaxed);
