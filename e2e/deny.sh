@@ -1,22 +1,14 @@
 #!/usr/bin/env bash
 # cargo-deny over the workspace (deny.toml): licences, bans (duplicate versions listed), sources
-# and RustSec advisories. Installs the pinned cargo-deny into
-# ~/.cache/kmirror/tools/cargo-deny-<version> on first use.
+# and RustSec advisories. The pinned cargo-deny comes from e2e/bed/cargo-tools.sh (installed into
+# ~/.cache/kmirror/tools/cargo-deny-<version> on first use).
 # Advisories: against the live database when github.com/rustsec/advisory-db can be fetched,
 # otherwise against the snapshot committed in deny/advisory-db.tar.xz (its date is printed; refresh
 # it with `make advisory-db`). The snapshot check proves it can fail: the same run with one
 # made-up advisory against a crate of Cargo.lock must be refused.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-version=0.20.2
-tools="${KMIRROR_CACHE:-$HOME/.cache/kmirror}/tools/cargo-deny-$version"
-deny="$tools/bin/cargo-deny"
-if [ ! -x "$deny" ]; then
-  echo "[deny] installing cargo-deny $version into $tools (once)"
-  CARGO_TARGET_DIR="$tools/target" cargo install cargo-deny --version "$version" --locked \
-    --root "$tools" --quiet
-  rm -rf "$tools/target"
-fi
+deny="$("$root/e2e/bed/cargo-tools.sh" cargo-deny)"
 cd "$root"
 out="$(mktemp)"
 if ! "$deny" --log-level warn check licenses bans sources >"$out" 2>&1; then

@@ -4,6 +4,9 @@
 #   e2e/testbed.sh up [--compat] [--kafka-only] [--brokers 3]
 #                                                 start everything (idempotent); --brokers 3 adds
 #                                                 the replicated pair (3 + 3 brokers)
+#   e2e/testbed.sh provision [--compat] [--kafka-only]
+#                                                 only the downloads and builds `up` needs (Kafka
+#                                                 jars, Kubernetes and helm), each skipped when cached
 #   e2e/testbed.sh env                            shell exports for tests and tools: eval "$(e2e/testbed.sh env)"
 #   e2e/testbed.sh status                         what runs, by recorded PID
 #   e2e/testbed.sh logs [NAME|POD]                list logs, or print one (a component or a pod)
@@ -51,7 +54,7 @@ fi
 # shellcheck source=bed/faults.sh
 . "$HERE/bed/faults.sh"
 
-usage() { sed -n '2,29p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,32p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 cmd_up() {
   local compat=0 kafka_only=0 brokers=1
@@ -69,6 +72,11 @@ cmd_up() {
     shift
   done
   case "$brokers" in 1 | 3) ;; *) die "--brokers takes 1 (the default pair only) or 3 (adds the replicated pair)" ;; esac
+  # One `up` at a time: every test process runs one (Testbed::get), many at once under nextest,
+  # and two of them would both find a stopped broker stopped. start_bg keeps the lock out of
+  # what it starts.
+  exec {UP_LOCK_FD}>"$KM_RUN/up.lock"
+  flock "$UP_LOCK_FD"
   local t0=$SECONDS
   need java keytool mvn openssl python3 setsid
   if ((HAVE_K8S && !kafka_only)); then need go cargo; fi
@@ -94,6 +102,28 @@ cmd_up() {
     fi
   fi
   log "test bed ready in $((SECONDS - t0))s; load it with: eval \"\$(e2e/testbed.sh env)\""
+}
+
+# cmd_provision: what `up` downloads and builds, without starting anything (make test runs it in
+# the background while cargo builds).
+cmd_provision() {
+  local compat=0 kafka_only=0 t0=$SECONDS
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --compat) compat=1 ;;
+      --kafka-only) kafka_only=1 ;;
+      *) die "unknown option for provision: $1" ;;
+    esac
+    shift
+  done
+  need java mvn
+  kafka_provision
+  if ((compat)); then kafka_provision_compat; fi
+  if ((HAVE_K8S && !kafka_only)); then
+    need go
+    k8s_provision
+  fi
+  log "provisioned in $((SECONDS - t0))s"
 }
 
 cmd_env() {
@@ -173,6 +203,7 @@ main() {
   [ $# -gt 0 ] && shift
   case "$cmd" in
     up) cmd_up "$@" ;;
+    provision) cmd_provision "$@" ;;
     env) cmd_env ;;
     status) cmd_status ;;
     logs) cmd_logs "$@" ;;

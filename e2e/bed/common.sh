@@ -35,6 +35,20 @@ log_has_after() {
     'NR > skip && $0 ~ ENVIRON["LOG_HAS_AFTER_RE"] { found = 1; exit } END { exit !found }' "$1"
 }
 
+# write_file FILE [MODE]: stdin into FILE (mode MODE, default 644), atomically and only when it
+# changed. Every test process runs `up` (Testbed::get), many at once under nextest, while other
+# tests run the launchers and read the configs and the kubeconfig it writes: a reader must never
+# find one truncated or half written.
+write_file() {
+  local f="$1" mode="${2:-644}" tmp
+  tmp="$(mktemp "$f.XXXXXX")" || return 1
+  if ! cat >"$tmp" || ! chmod "$mode" "$tmp"; then
+    rm -f "$tmp"
+    return 1
+  fi
+  if cmp -s "$tmp" "$f" 2>/dev/null; then rm -f "$tmp"; else mv -f "$tmp" "$f"; fi
+}
+
 # is_running NAME: true when the process recorded in $KM_PIDS/NAME.pid is alive.
 is_running() {
   local f="$KM_PIDS/$1.pid"
@@ -53,7 +67,11 @@ start_bg() {
   case "$name" in
     kafka-* | zookeeper | k8s-etcd | k8s-apiserver) set -- nice -n "${KMIRROR_BED_NICE:--5}" "$@" ;;
   esac
-  setsid "$@" >>"$KM_LOGS/$name.log" 2>&1 < /dev/null &
+  if [ -n "${UP_LOCK_FD:-}" ]; then
+    setsid "$@" >>"$KM_LOGS/$name.log" 2>&1 </dev/null {UP_LOCK_FD}>&- &
+  else
+    setsid "$@" >>"$KM_LOGS/$name.log" 2>&1 </dev/null &
+  fi
   echo $! >"$KM_PIDS/$name.pid"
 }
 

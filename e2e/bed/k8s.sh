@@ -213,8 +213,7 @@ _k8s_pki() {
 # The admin kubeconfig, credentials embedded (usable from any directory).
 _k8s_kubeconfig() {
   local b64="base64 -w0"
-  rm -f "$K8S_KUBECONFIG.tmp" && (umask 077 && : >"$K8S_KUBECONFIG.tmp")
-  cat >>"$K8S_KUBECONFIG.tmp" <<KUBECONFIG
+  write_file "$K8S_KUBECONFIG" 600 <<KUBECONFIG
 apiVersion: v1
 kind: Config
 clusters:
@@ -235,7 +234,6 @@ contexts:
     namespace: default
 current-context: kmirror-testbed
 KUBECONFIG
-  mv "$K8S_KUBECONFIG.tmp" "$K8S_KUBECONFIG"
 }
 
 # ---------------------------------------------------------------------------------------------

@@ -94,7 +94,7 @@ kafka_provision_compat() {
 # Logging configs: brokers log at INFO to their log file; tools only warn.
 kafka_write_log_configs() {
   mkdir -p "$KAFKA_DIR"
-  cat >"$KAFKA_DIR/log4j2.properties" <<'EOF'
+  write_file "$KAFKA_DIR/log4j2.properties" <<'EOF'
 status = warn
 appender.out.type = Console
 appender.out.name = OUT
@@ -113,8 +113,8 @@ EOF
       -e 's/^logger.kafka.level = .*/logger.kafka.level = WARN/' \
       -e 's/^logger.ak.level = .*/logger.ak.level = WARN/' \
       -e 's/^appender.out.type = Console/appender.out.type = Console\nappender.out.target = SYSTEM_ERR/' \
-      "$KAFKA_DIR/log4j2.properties" >"$KAFKA_DIR/tools-log4j2.properties"
-  cat >"$KAFKA_DIR/log4j.properties" <<'EOF'
+      "$KAFKA_DIR/log4j2.properties" | write_file "$KAFKA_DIR/tools-log4j2.properties"
+  write_file "$KAFKA_DIR/log4j.properties" <<'EOF'
 log4j.rootLogger=INFO, stdout
 log4j.appender.stdout=org.apache.log4j.ConsoleAppender
 log4j.appender.stdout.layout=org.apache.log4j.PatternLayout
@@ -179,7 +179,7 @@ kafka_oidc_up() {
 #   kafka-run CLASS ARGS...                 a Kafka tool of the main version, warnings only
 kafka_write_launchers() {
   mkdir -p "$KM_RUN/bin"
-  cat >"$KM_RUN/bin/kafka-java" <<EOF
+  write_file "$KM_RUN/bin/kafka-java" 755 <<EOF
 #!/usr/bin/env bash
 version="\$1" heap="\$2"; shift 2
 case "\$version" in
@@ -193,14 +193,13 @@ exec java -Xms256m "-Xmx\$heap" -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \${KMIRROR_
   -Dorg.apache.kafka.sasl.oauthbearer.allowed.urls=file://$KAFKA_PKI/jwks.json \\
   "\$logopt" -Dkafka.logs.dir="$KAFKA_DIR" -cp "$KM_CACHE/kafka/\$version/libs/*" "\$@"
 EOF
-  cat >"$KM_RUN/bin/kafka-run" <<EOF
+  write_file "$KM_RUN/bin/kafka-run" 755 <<EOF
 #!/usr/bin/env bash
 # e.g. kafka-run org.apache.kafka.tools.AclCommand --bootstrap-server 127.0.0.1:29092 \\
 #        --command-config $KAFKA_DIR/dest-admin.properties --list
 exec java -Xmx\${KAFKA_TOOL_HEAP:-512m} -XX:+UseG1GC -Djava.awt.headless=true \\
   -Dlog4j2.configurationFile=$KAFKA_DIR/tools-log4j2.properties -cp "$(kafka_libs "$KAFKA_VERSION")/*" "\$@"
 EOF
-  chmod +x "$KM_RUN/bin/kafka-java" "$KM_RUN/bin/kafka-run"
 }
 
 kafka_common_props() {
@@ -350,16 +349,16 @@ kafka_wait() {
 
 kafka_write_client_configs() {
   # Java client property files for Kafka's own tools (kafka-acls, kafka-consumer-groups, ...).
-  cat >"$KAFKA_DIR/dest-admin.properties" <<EOF
+  write_file "$KAFKA_DIR/dest-admin.properties" <<EOF
 security.protocol=SASL_PLAINTEXT
 sasl.mechanism=PLAIN
 sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" password="$KAFKA_ADMIN_PASSWORD";
 EOF
   sed -e "s/username=\"admin\" password=\"$KAFKA_ADMIN_PASSWORD\"/username=\"app\" password=\"$KAFKA_APP_PASSWORD\"/" \
-    "$KAFKA_DIR/dest-admin.properties" >"$KAFKA_DIR/dest-app.properties"
+    "$KAFKA_DIR/dest-admin.properties" | write_file "$KAFKA_DIR/dest-app.properties"
   sed -e "s/username=\"admin\" password=\"$KAFKA_ADMIN_PASSWORD\"/username=\"mirror\" password=\"$KAFKA_MIRROR_PASSWORD\"/" \
-    "$KAFKA_DIR/dest-admin.properties" >"$KAFKA_DIR/dest-mirror.properties"
-  cat >"$KAFKA_DIR/source-sasl-ssl.properties" <<EOF
+    "$KAFKA_DIR/dest-admin.properties" | write_file "$KAFKA_DIR/dest-mirror.properties"
+  write_file "$KAFKA_DIR/source-sasl-ssl.properties" <<EOF
 security.protocol=SASL_SSL
 sasl.mechanism=SCRAM-SHA-512
 sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username="admin" password="$KAFKA_ADMIN_PASSWORD";
@@ -390,8 +389,8 @@ kafka_up() {
   kafka_pki
   kafka_oidc_keys
   mkdir -p "$KAFKA_DIR/source" "$KAFKA_DIR/destination"
-  kafka_source_props >"$KAFKA_DIR/source/server.properties"
-  kafka_dest_props >"$KAFKA_DIR/destination/server.properties"
+  kafka_source_props | write_file "$KAFKA_DIR/source/server.properties"
+  kafka_dest_props | write_file "$KAFKA_DIR/destination/server.properties"
   local scram=()
   for u in "admin:$KAFKA_ADMIN_PASSWORD" "mirror:$KAFKA_MIRROR_PASSWORD" "app:$KAFKA_APP_PASSWORD"; do
     for m in SCRAM-SHA-256 SCRAM-SHA-512; do
@@ -417,11 +416,11 @@ kafka_up_compat() {
   kafka_write_log_configs
   kafka_write_launchers
   mkdir -p "$KAFKA_DIR/compat39" "$KAFKA_DIR/compat28/data" "$KAFKA_DIR/zookeeper/data"
-  kafka_compat39_props >"$KAFKA_DIR/compat39/server.properties"
+  kafka_compat39_props | write_file "$KAFKA_DIR/compat39/server.properties"
   kafka_format compat39 "$KAFKA_COMPAT39_VERSION" "$KAFKA_COMPAT39_ID"
   kafka_start compat39 "$KAFKA_COMPAT39_VERSION" 39092
   if kafka_compat28_supported; then
-    cat >"$KAFKA_DIR/zookeeper/zk.properties" <<EOF
+    write_file "$KAFKA_DIR/zookeeper/zk.properties" <<EOF
 dataDir=$KAFKA_DIR/zookeeper/data
 clientPort=22181
 clientPortAddress=127.0.0.1
@@ -429,7 +428,7 @@ maxClientCnxns=0
 admin.enableServer=false
 4lw.commands.whitelist=ruok
 EOF
-    kafka_compat28_props >"$KAFKA_DIR/compat28/server.properties"
+    kafka_compat28_props | write_file "$KAFKA_DIR/compat28/server.properties"
     if ! is_running zookeeper; then
       # ZooKeeper restores sessions from its snapshot and keeps their ephemeral nodes until they
       # time out, so a broker started right after a restart finds its own old /brokers/ids/0 and

@@ -206,8 +206,8 @@ kafka_r_up() {
   while read -r c n; do
     dir="$c-$(kafka_r_node_dir "$n")"
     mkdir -p "$KAFKA_DIR/$dir"
-    if [ "$c" = r-source ]; then kafka_r_source_props "$n"; else kafka_r_dest_props "$n"; fi \
-      >"$KAFKA_DIR/$dir/server.properties"
+    if [ "$c" = r-source ]; then kafka_r_source_props "$n"; else kafka_r_dest_props "$n"; fi |
+      write_file "$KAFKA_DIR/$dir/server.properties"
     [ -f "$KAFKA_DIR/$dir/data/meta.properties" ] && continue
     if [ -f "$templates/$dir/meta.properties" ]; then
       rm -rf "$KAFKA_DIR/$dir/data" && cp -a "$templates/$dir" "$KAFKA_DIR/$dir/data"

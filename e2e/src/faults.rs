@@ -105,8 +105,9 @@ pub fn replicated() -> &'static Testbed {
 
 /// Exclusive use of the bed's brokers for injecting faults, across test processes and git
 /// worktrees that share one bed: a test that kills, freezes or moves anything holds this guard
-/// for as long as its faults last (`cargo test` runs test binaries one after another, so in
-/// `make test` it never waits). The replicated pair is healed when the guard goes.
+/// for as long as its faults last. In `make test` it never waits: nextest runs these tests one at
+/// a time (their test group `bed-faults` in .config/nextest.toml). The replicated pair is healed
+/// when the guard goes.
 pub struct FaultLock(#[allow(dead_code)] std::fs::File);
 
 impl Drop for FaultLock {

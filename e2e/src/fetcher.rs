@@ -6,6 +6,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use kmirror_crds::v1alpha1::FetcherEngine;
 use kmirror_fetcher::Isolation;
 use kmirror_fetcher::verify::{Report, Side, verify_partition};
 use kmirror_state::offset_map::OffsetMap;
@@ -27,12 +28,18 @@ pub fn target_dir() -> PathBuf {
 /// Path of a workspace binary, built (once per test process) if needed.
 /// `KMIRROR_E2E_BIN_DIR` runs the tests against the binaries of another build found there (e.g.
 /// the code before a fix, to see a test fail on it); the others come from this build.
+/// `KMIRROR_E2E_BUILT=1` says the build below is done already (`make test` builds it before its
+/// tests): each test is its own process there, and a few hundred `cargo build` runs that find
+/// nothing to do would still queue on cargo's lock.
 pub fn binary(name: &str) -> PathBuf {
     if let Some(other) = std::env::var_os("KMIRROR_E2E_BIN_DIR")
         .map(|d| PathBuf::from(d).join(name))
         .filter(|p| p.is_file())
     {
         return other;
+    }
+    if std::env::var_os("KMIRROR_E2E_BUILT").is_some_and(|v| v == "1") {
+        return target_dir().join("debug").join(name);
     }
     static BUILT: OnceLock<()> = OnceLock::new();
     BUILT.get_or_init(|| {
@@ -50,6 +57,20 @@ pub fn binary(name: &str) -> PathBuf {
         );
     });
     target_dir().join("debug").join(name)
+}
+
+/// The copy engine of the fetchers these tests start: `KMIRROR_ENGINE` when set (the second pass
+/// of `make test` sets `record`, see docs/testing.md), else the engine a ClusterMirror gets by
+/// default (`spec.fetcher.engine`), which the fetcher's own flag default (`record`) is not.
+/// A test that needs one engine passes `--engine`, which wins over the variable.
+pub fn engine() -> String {
+    std::env::var("KMIRROR_ENGINE").unwrap_or_else(|_| {
+        match FetcherEngine::default() {
+            FetcherEngine::Batch => "batch",
+            FetcherEngine::Record => "record",
+        }
+        .to_string()
+    })
 }
 
 /// A fetcher child process; killed when dropped.
@@ -113,6 +134,7 @@ impl FetcherProcess {
             )
             // Its own message file, not the host's /dev/termination-log.
             .env("KMIRROR_TERMINATION_MESSAGE_PATH", &termination)
+            .env("KMIRROR_ENGINE", engine())
             .envs(env.iter().copied())
             .stdout(Stdio::from(file.try_clone().expect("log handle")))
             .stderr(Stdio::from(file))

@@ -1,8 +1,8 @@
 //! The fetcher's batch engine (`--engine batch`) against the real brokers: source batches reach
 //! the destination as they are — same codec, same record counts, same offsets — and the batches
 //! that cannot pass as they are (a restart inside a batch, compaction, transactions, old
-//! formats) are copied exactly through the record path. The rest of the fetcher suites run with
-//! `KMIRROR_ENGINE=batch` as well (see the Makefile).
+//! formats) are copied exactly through the record path. The fetcher suites run with the batch
+//! engine by default, and their copy tests again with the record engine (docs/testing.md).
 
 use std::time::Duration;
 
@@ -231,6 +231,9 @@ async fn a_restart_inside_a_batch_copies_the_rest_of_it_through_the_record_path(
             "0.2".into(),
             "--throttle-bytes-per-second".into(),
             "20000".into(),
+            // The record engine stops inside a batch; the batch engine would copy it whole.
+            "--engine".into(),
+            "record".into(),
         ];
         a.extend(source_args(bed));
         a.extend(destination_args(bed));

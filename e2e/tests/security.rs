@@ -279,10 +279,15 @@ async fn visible(bed: &Testbed, s: &Scenario, op: &OperatorProcess) -> Vec<(Stri
             out.push((format!("pod log {}", file.path().display()), text));
         }
     }
+    // This scenario's processes: its operator (`--namespace NS`) and its fetcher pods
+    // (`--mirror NS/NAME`). Other tests run beside this one, and the fetchers the fetcher suites
+    // start themselves take the bed's test password on their command line.
     for proc in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
         let cmdline = std::fs::read(proc.path().join("cmdline")).unwrap_or_default();
         let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-        if cmdline.contains("kmirror") || cmdline.contains("kubectl-mirror") {
+        if (cmdline.contains("kmirror") || cmdline.contains("kubectl-mirror"))
+            && cmdline.contains(s.ns.as_str())
+        {
             out.push((
                 format!("/proc/{}/cmdline", proc.file_name().to_string_lossy()),
                 cmdline,
