@@ -36,6 +36,27 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# free_gib DIR: free space of DIR's file system, in whole GiB.
+free_gib() { df -Pk "$1" | awk 'NR == 2 { print int($4 / 1048576) }'; }
+# A full disk shows up late and as something else (the linker dies of SIGBUS writing a test
+# binary): below KMIRROR_MIN_FREE_GIB (default 12) free, what the cargo target directory holds
+# that a build can make again goes first — incremental state, then the whole debug build (a cold
+# build is slower; a failed one is not a test run).
+mkdir -p "$CARGO_TARGET_DIR"
+min_free="${KMIRROR_MIN_FREE_GIB:-12}"
+step "disk: $(free_gib "$CARGO_TARGET_DIR") GiB free for $CARGO_TARGET_DIR, $(free_gib /tmp) GiB for /tmp"
+if (($(free_gib "$CARGO_TARGET_DIR") < min_free)); then
+  echo "make test: less than $min_free GiB free; removing the target directory's incremental state" >&2
+  rm -rf "$CARGO_TARGET_DIR"/debug/incremental "$CARGO_TARGET_DIR"/release/incremental
+  if (($(free_gib "$CARGO_TARGET_DIR") < min_free)); then
+    echo "make test: still less than $min_free GiB free; removing the debug build ($(du -sh "$CARGO_TARGET_DIR/debug" 2>/dev/null | cut -f1))" >&2
+    rm -rf "$CARGO_TARGET_DIR"/debug
+  fi
+  step "disk: $(free_gib "$CARGO_TARGET_DIR") GiB free now"
+fi
+# A clean clone builds once: incremental state only costs disk there.
+if [ "${CI:-}" = true ]; then export CARGO_INCREMENTAL=0; fi
+
 # rdkafka-sys compiles librdkafka (C) with CMake.
 for tool in cargo cc cmake make; do
   command -v "$tool" >/dev/null || { echo "make test: $tool is missing (see README: Quick start)" >&2; exit 1; }
@@ -91,7 +112,7 @@ step "test bed up"
 prepared bed
 e2e/testbed.sh up --compat --brokers 3
 
-step "tests"
+step "tests ($(free_gib "$CARGO_TARGET_DIR") GiB free for the build, $(free_gib /tmp) GiB for the bed)"
 prepared nextest
 for name in "${!prep_pid[@]}"; do
   renice -n 19 -g "${prep_pid[$name]}" >/dev/null 2>&1 || true
