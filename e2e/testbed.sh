@@ -36,6 +36,9 @@
 #   net-latency CLUSTER BROKER MS [--jitter MS] [--hold S] | net-bandwidth CLUSTER BROKER KBPS [--hold S]
 #   net-heal [CLUSTER BROKER] | net-status        remove the toxics / show the proxies
 #   (CLUSTER BROKER: r-source 1 .. r-destination 3, or r-source-1; heal also heals the network)
+#   pod-net-cut NS/POD | pod-net-restore NS/POD   cut a pod of a namespace annotated
+#                                                 kmirror.io/test-network=isolated off the network
+#                                                 while its processes run / join it again
 #
 # Downloads and builds are cached under ~/.cache/kmirror (KMIRROR_CACHE), keyed by version;
 # runtime state lives under /tmp/kmirror-testbed (KMIRROR_RUN_DIR). See the README (The test bed)
@@ -64,7 +67,7 @@ fi
 # shellcheck source=bed/net.sh
 . "$HERE/bed/net.sh"
 
-usage() { sed -n '2,40p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,43p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 cmd_up() {
   local compat=0 kafka_only=0 brokers=1
@@ -244,6 +247,8 @@ main() {
     net-bandwidth) net_bandwidth "$@" ;;
     net-heal) net_heal "$@" ;;
     net-status) net_status ;;
+    pod-net-cut) pod_net_cut "$@" ;;
+    pod-net-restore) pod_net_restore "$@" ;;
     zombie) fault_zombie "$@" ;;
     zombie-kill) fault_zombie_kill "$@" ;;
     zombies) fault_zombies ;;

@@ -17,6 +17,9 @@
 #   net-bandwidth CLUSTER BROKER KBPS [--hold S]
 #   net-heal [CLUSTER BROKER]               remove every toxic (of one broker, or all)
 #   net-status                              the proxies and their toxics
+#   pod-net-cut NS/POD | pod-net-restore NS/POD
+#                                           cut one pod of an isolated namespace off the network
+#                                           (its processes keep running) / join it again
 #
 # Functions: net_provision, net_up, net_down, net_status_line, net_env, and net_* verbs.
 
@@ -210,13 +213,18 @@ net_bandwidth() {
   fi
 }
 
-# net-heal [CLUSTER BROKER]: every toxic removed and the proxy enabled (one broker, or all).
+# net-heal [CLUSTER BROKER]: every toxic removed and the proxy enabled (one broker, or all);
+# without a broker also every pod link that pod-net-cut took down is up again.
 net_heal() {
-  local proxies=() p t removed=0
+  local proxies=() p t removed=0 links=0 l
   if [ $# -gt 0 ]; then
     _net_target "$@"
     proxies=("$NET_P")
   else
+    for l in $(ip -o link show 2>/dev/null | awk -F': ' '$2 ~ /^kmh-/ && $3 !~ /[<,]UP[,>]/ {sub(/@.*/, "", $2); print $2}'); do
+      ip link set "$l" up && links=$((links + 1))
+    done
+    ((links == 0)) || say "net-heal: $links pod link(s) up again"
     _net_api_up || { say "net-heal: toxiproxy is not running"; return 0; }
     mapfile -t proxies < <(_net_proxies | awk '{print $1}')
   fi
@@ -241,4 +249,35 @@ net_status() {
     [ -f "$f" ] && say "${f##*/resets-}: $(cat "$f") connection(s) reset since up"
   done
   return 0
+}
+
+# _pod_net NS/POD: the host end of an isolated pod's link (kmh-A-B for pod IP 10.(213+A).B.2,
+# e2e/node-agent/src/netns.rs) into POD_LINK, its IP into POD_IP.
+_pod_net() {
+  local target="${1:-}" ns pod a b
+  [[ "$target" == */* ]] || die "usage: pod-net-cut|pod-net-restore NAMESPACE/POD"
+  declare -F _node_kubectl >/dev/null || die "the node agent is not part of this bed"
+  ns="${target%%/*}" pod="${target#*/}"
+  POD_IP="$(_node_kubectl get pod -n "$ns" "$pod" -o jsonpath='{.status.podIP}' 2>/dev/null)" ||
+    die "no pod $target"
+  [[ "$POD_IP" =~ ^10\.([0-9]+)\.([0-9]+)\.2$ ]] ||
+    die "$target (IP ${POD_IP:-none}) is not in an isolated network: annotate its namespace kmirror.io/test-network=isolated before the pod starts"
+  a=$((BASH_REMATCH[1] - 213)) b="${BASH_REMATCH[2]}"
+  POD_LINK="kmh-$a-$b"
+  [ -e "/run/netns/kmpod-$a-$b" ] && ip link show "$POD_LINK" >/dev/null 2>&1 ||
+    die "$target: no network namespace kmpod-$a-$b (is the node agent the one of this checkout? e2e/testbed.sh restart node-agent)"
+}
+
+# pod-net-cut NS/POD: the host end of the pod's link goes down: every packet from and to the pod
+# is dropped, open connections hang, new ones time out; its processes keep running.
+pod_net_cut() {
+  _pod_net "$@"
+  ip link set "$POD_LINK" down || die "could not take $POD_LINK down"
+  say "pod-net-cut: $1 ($POD_IP) cut off: link $POD_LINK down; its processes keep running"
+}
+
+pod_net_restore() {
+  _pod_net "$@"
+  ip link set "$POD_LINK" up || die "could not bring $POD_LINK up"
+  say "pod-net-restore: $1 ($POD_IP) joined again: link $POD_LINK up"
 }

@@ -219,3 +219,88 @@ async fn net_bandwidth_slows_a_proxied_consumer() {
         t1.elapsed()
     );
 }
+
+/// A pod that tries to reach the source's broker 1 (direct listener) twice a second and logs
+/// each attempt's outcome with a counter.
+fn reaching_pod(bed: &Testbed) -> k8s_openapi::api::core::v1::Pod {
+    let broker = bed.r_source_config().get("bootstrap.servers").unwrap().to_string();
+    let (host, port) = broker.split(',').next().unwrap().split_once(':').unwrap();
+    let script = format!(
+        "trap 'exit 0' TERM; i=0; while true; do i=$((i+1)); \
+         if timeout 1 bash -c 'exec 3<>/dev/tcp/{host}/{port}' 2>/dev/null; \
+         then echo \"reach ok $i\"; else echo \"reach fail $i\"; fi; sleep 0.3; done"
+    );
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "reacher"},
+        "spec": {
+            "terminationGracePeriodSeconds": 2,
+            "containers": [{"name": "main", "image": "ignored",
+                            "command": ["/bin/bash", "-c", script]}]
+        }
+    }))
+    .unwrap()
+}
+
+/// The last `reach` outcome in a log, with its counter.
+fn last_reach(log: &str) -> Option<(bool, u64)> {
+    let line = log.lines().rev().find(|l| l.starts_with("reach "))?;
+    let mut words = line.split_whitespace().skip(1);
+    let ok = words.next()? == "ok";
+    Some((ok, words.next()?.parse().ok()?))
+}
+
+#[tokio::test]
+async fn pod_net_cut_isolates_a_running_pod_until_restored() {
+    use k8s_openapi::api::core::v1::Pod;
+    use kmirror_e2e::kube::{container_status, in_namespace, is_ready, pod_log, wait_for};
+    use kube::Api;
+    use kube::api::PostParams;
+    let _x = faults::exclusive();
+    let bed = faults::replicated();
+    in_namespace("fault-podnet", |client, ns| async move {
+        faults::isolate_namespace(&client, &ns).await?;
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        pods.create(&PostParams::default(), &reaching_pod(bed)).await?;
+        let pod = wait_for(&pods, "reacher", Duration::from_secs(30), "Ready", is_ready).await?;
+        let ip = pod.status.and_then(|s| s.pod_ip).unwrap_or_default();
+        assert!(ip.starts_with("10."), "an isolated pod's IP is its namespace's: {ip}");
+        let log = || pod_log(bed, &ns, "reacher", "main");
+        let wait_reach = |want: bool, after: u64| {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            async move {
+                loop {
+                    if let Some((ok, n)) = last_reach(&log())
+                        && ok == want
+                        && n > after
+                    {
+                        return Ok::<u64, anyhow::Error>(n);
+                    }
+                    anyhow::ensure!(
+                        Instant::now() < deadline,
+                        "no 'reach {}' after attempt {after}; log tail: {:?}",
+                        if want { "ok" } else { "fail" },
+                        log().lines().rev().take(5).collect::<Vec<_>>()
+                    );
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        };
+        let reached = wait_reach(true, 0).await?;
+
+        let said = faults::pod_net_cut(&ns, "reacher")?;
+        assert!(said.contains("cut off"), "{said}");
+        let failed = wait_reach(false, reached).await?;
+        // Still the same process, still counting: it lives on without a network.
+        let later = wait_reach(false, failed + 1).await?;
+        let pod = pods.get("reacher").await?;
+        let status = container_status(&pod, "main").expect("status");
+        assert_eq!(status.restart_count, 0, "the process was not restarted");
+        assert!(later > failed);
+
+        let said = faults::pod_net_restore(&ns, "reacher")?;
+        assert!(said.contains("joined again"), "{said}");
+        wait_reach(true, later).await?;
+        Ok(())
+    })
+    .await;
+}

@@ -128,6 +128,35 @@ pub fn net_status() -> anyhow::Result<String> {
     verb(&["net-status"])
 }
 
+/// The namespace annotation that makes the node agent run a namespace's pods in network
+/// namespaces of their own (`e2e/node-agent/src/netns.rs`), so [`pod_net_cut`] can cut one off.
+pub const ISOLATED_NETWORK_ANNOTATION: &str = "kmirror.io/test-network";
+
+/// Annotates `namespace` so that pods started in it from now on get an isolated network
+/// (pods already running keep the host's).
+pub async fn isolate_namespace(client: &kube::Client, namespace: &str) -> anyhow::Result<()> {
+    use k8s_openapi::api::core::v1::Namespace;
+    use kube::api::{Patch, PatchParams};
+    let patch = serde_json::json!({"metadata": {"annotations": {
+        ISOLATED_NETWORK_ANNOTATION: "isolated"
+    }}});
+    kube::Api::<Namespace>::all(client.clone())
+        .patch(namespace, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    Ok(())
+}
+
+/// Cuts a pod of an isolated namespace off the network (its link down); its processes keep
+/// running, its connections hang.
+pub fn pod_net_cut(namespace: &str, pod: &str) -> anyhow::Result<String> {
+    verb(&["pod-net-cut", &format!("{namespace}/{pod}")])
+}
+
+/// Joins a pod cut off by [`pod_net_cut`] to the network again.
+pub fn pod_net_restore(namespace: &str, pod: &str) -> anyhow::Result<String> {
+    verb(&["pod-net-restore", &format!("{namespace}/{pod}")])
+}
+
 impl Testbed {
     /// The replicated source's proxied bootstrap (`127.0.0.1:19116,…`): PLAINTEXT through
     /// toxiproxy; metadata routes to every broker's proxied address.
