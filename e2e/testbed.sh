@@ -29,6 +29,17 @@
 #                                                 another leads, then SIGCONT (overlap)
 #   (C: r-source (default), r-destination, source, destination)
 #
+# Network verbs (toxiproxy in front of each broker of the replicated pair, e2e/bed/net.sh); they
+# affect clients on the PROXIED listeners (KMIRROR_R_{SOURCE,DEST}_PROXIED_BOOTSTRAP):
+#   net-cut CLUSTER BROKER [--hold S]             blackhole: connections hang, nothing passes
+#   net-reset CLUSTER BROKER [--times N] [--every MS]   reset its connections (counted)
+#   net-latency CLUSTER BROKER MS [--jitter MS] [--hold S] | net-bandwidth CLUSTER BROKER KBPS [--hold S]
+#   net-heal [CLUSTER BROKER] | net-status        remove the toxics / show the proxies
+#   (CLUSTER BROKER: r-source 1 .. r-destination 3, or r-source-1; heal also heals the network)
+#   pod-net-cut NS/POD | pod-net-restore NS/POD   cut a pod of a namespace annotated
+#                                                 kmirror.io/test-network=isolated off the network
+#                                                 while its processes run / join it again
+#
 # Downloads and builds are cached under ~/.cache/kmirror (KMIRROR_CACHE), keyed by version;
 # runtime state lives under /tmp/kmirror-testbed (KMIRROR_RUN_DIR). See the README (The test bed)
 # and docs/testbed-*.md.
@@ -53,8 +64,10 @@ if [ -f "$HERE/bed/node.sh" ]; then
 fi
 # shellcheck source=bed/faults.sh
 . "$HERE/bed/faults.sh"
+# shellcheck source=bed/net.sh
+. "$HERE/bed/net.sh"
 
-usage() { sed -n '2,32p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,43p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 cmd_up() {
   local compat=0 kafka_only=0 brokers=1
@@ -80,12 +93,15 @@ cmd_up() {
   local t0=$SECONDS
   need java keytool mvn openssl python3 setsid
   if ((HAVE_K8S && !kafka_only)); then need go cargo; fi
+  if ((brokers == 3)); then need go curl jq ss; fi
   # Provision first (downloads, builds), then start: a cold cache shows up as one long step.
   kafka_provision
   if ((HAVE_K8S && !kafka_only)); then k8s_provision; fi
+  if ((brokers == 3)); then net_provision >/dev/null; fi
   kafka_up
   log "kafka source and destination are up ($((SECONDS - t0))s)"
   if ((brokers == 3)); then
+    net_up
     kafka_r_up
     log "replicated pair is up ($((SECONDS - t0))s)"
   fi
@@ -122,6 +138,7 @@ cmd_provision() {
   if ((HAVE_K8S && !kafka_only)); then
     need go
     k8s_provision
+    net_provision >/dev/null
   fi
   log "provisioned in $((SECONDS - t0))s"
 }
@@ -131,6 +148,7 @@ cmd_env() {
   echo "export KMIRROR_CACHE='$KM_CACHE'"
   kafka_env
   kafka_r_env
+  net_env
   if ((HAVE_K8S)); then k8s_env; fi
   if declare -F node_env >/dev/null; then node_env; fi
 }
@@ -138,6 +156,7 @@ cmd_env() {
 cmd_status() {
   kafka_status
   kafka_r_status
+  net_status_line
   if ((HAVE_K8S)); then k8s_status; fi
   if declare -F node_status >/dev/null; then node_status; fi
 }
@@ -187,6 +206,7 @@ cmd_restart() {
 cmd_down() {
   if [ "${1:-}" = --replicated ]; then
     kafka_r_down
+    net_down
     log "replicated pair stopped"
     return
   fi
@@ -194,6 +214,7 @@ cmd_down() {
   if declare -F node_down >/dev/null; then node_down; fi
   if ((HAVE_K8S)); then k8s_down; fi
   kafka_r_down
+  net_down
   kafka_down
   log "test bed stopped"
 }
@@ -220,6 +241,14 @@ main() {
     thaw) fault_thaw "$@" ;;
     heal) fault_heal ;;
     unclean-election) fault_unclean_election "$@" ;;
+    net-cut) net_cut "$@" ;;
+    net-reset) net_reset "$@" ;;
+    net-latency) net_latency "$@" ;;
+    net-bandwidth) net_bandwidth "$@" ;;
+    net-heal) net_heal "$@" ;;
+    net-status) net_status ;;
+    pod-net-cut) pod_net_cut "$@" ;;
+    pod-net-restore) pod_net_restore "$@" ;;
     zombie) fault_zombie "$@" ;;
     zombie-kill) fault_zombie_kill "$@" ;;
     zombies) fault_zombies ;;

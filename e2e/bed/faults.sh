@@ -13,7 +13,7 @@
 #   unclean-election TOPIC PARTITION [--records N] [--hold SECONDS] [--on C]
 #                                       make the log diverge: records truncated and replaced
 #   heal                                thaw every frozen broker, start every stopped one of the
-#                                       replicated pair
+#                                       replicated pair, remove every network toxic (net.sh)
 #   zombie NAMESPACE/POD                force-delete a pod object, its processes keep running
 #   zombie-kill NAMESPACE/POD|all / zombies
 #   kill-operator-leader NAMESPACE [--lease NAME] [--wait SECONDS]
@@ -270,6 +270,7 @@ fault_heal() {
   done < <(kafka_r_nodes)
   for pid in "${starts[@]}"; do wait "$pid" || die "a broker of the replicated pair did not start"; done
   say "heal: $thawed broker(s) thawed, $started started ($((SECONDS - t0))s)"
+  if declare -F net_heal >/dev/null; then net_heal; fi
 }
 
 # unclean-election: every follower stops, the leader takes records alone (min.insync.replicas=1

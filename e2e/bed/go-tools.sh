@@ -6,10 +6,14 @@
 #   e2e/bed/go-tools.sh promtool        promtool of github.com/prometheus/prometheus (PROMTOOL_MODULE_VERSION)
 #   e2e/bed/go-tools.sh argocd-health   e2e/bed/argocd-health: runs Argo CD health Lua with gopher-lua
 #                                       (GOPHER_LUA_VERSION), the library and setup Argo CD uses
-#   e2e/bed/go-tools.sh all             both, one path per line
+#   e2e/bed/go-tools.sh toxiproxy       toxiproxy-server of github.com/Shopify/toxiproxy/v2
+#                                       (TOXIPROXY_VERSION; toxiproxy-cli beside it), the bed's
+#                                       network fault proxy (e2e/bed/net.sh)
+#   e2e/bed/go-tools.sh all             all three, one path per line
 #
 # Binaries: $KMIRROR_CACHE (~/.cache/kmirror)/promtool/<version>/promtool and
-# .../argocd-health/<version>-<hash of the source>/argocd-health. A marker file says a build
+# .../argocd-health/<version>-<hash of the source>/argocd-health,
+# .../toxiproxy/<version>/{toxiproxy-server,toxiproxy-cli}. A marker file says a build
 # finished; a lock keeps two builds of one version apart. The Go module and build caches are the
 # bed's ($KMIRROR_CACHE/go/{mod,build}). A fresh machine needs only Go and the module proxy.
 set -euo pipefail
@@ -22,6 +26,8 @@ KM_CACHE="${KMIRROR_CACHE:-$HOME/.cache/kmirror}"
 PROMTOOL_MODULE_VERSION="${KMIRROR_PROMTOOL_VERSION:-v0.316.0}"
 # The gopher-lua release Argo CD builds with.
 GOPHER_LUA_VERSION="${KMIRROR_GOPHER_LUA_VERSION:-v1.1.1}"
+# Toxiproxy, the TCP fault proxy of the bed's network faults.
+TOXIPROXY_VERSION="${KMIRROR_TOXIPROXY_VERSION:-v2.5.0}"
 
 log() { printf '[go-tools %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { printf '[go-tools] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -85,6 +91,24 @@ _build_argocd_health() {
     mv "$dir/argocd-health.new" "$dir/argocd-health"
 }
 
+# toxiproxy's server and CLI from its module (as `go install` would), in a wrapper module.
+_build_toxiproxy() {
+  local dir="$1" ld="-s -w -X github.com/Shopify/toxiproxy/v2.Version=${TOXIPROXY_VERSION#v}"
+  rm -rf "$dir/src" && mkdir -p "$dir/src" && cd "$dir/src" &&
+    _go mod init kmirror.local/testbed/toxiproxy &&
+    _go get -tool "github.com/Shopify/toxiproxy/v2/cmd/server@$TOXIPROXY_VERSION" \
+      "github.com/Shopify/toxiproxy/v2/cmd/cli@$TOXIPROXY_VERSION" &&
+    _go build -trimpath -ldflags "$ld" -o "$dir/toxiproxy-server.new" github.com/Shopify/toxiproxy/v2/cmd/server &&
+    _go build -trimpath -ldflags "$ld" -o "$dir/toxiproxy-cli.new" github.com/Shopify/toxiproxy/v2/cmd/cli &&
+    mv "$dir/toxiproxy-cli.new" "$dir/toxiproxy-cli" && mv "$dir/toxiproxy-server.new" "$dir/toxiproxy-server"
+}
+
+tool_toxiproxy() {
+  local dir="$KM_CACHE/toxiproxy/$TOXIPROXY_VERSION"
+  _cached "$dir" "toxiproxy $TOXIPROXY_VERSION" _build_toxiproxy
+  printf '%s\n' "$dir/toxiproxy-server"
+}
+
 tool_promtool() {
   local dir="$KM_CACHE/promtool/$PROMTOOL_MODULE_VERSION"
   _cached "$dir" "promtool $PROMTOOL_MODULE_VERSION" _build_promtool
@@ -102,6 +126,7 @@ tool_argocd_health() {
 case "${1:-}" in
   promtool) tool_promtool ;;
   argocd-health) tool_argocd_health ;;
-  all) tool_promtool && tool_argocd_health ;;
-  *) sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+  toxiproxy) tool_toxiproxy ;;
+  all) tool_promtool && tool_argocd_health && tool_toxiproxy ;;
+  *) sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac

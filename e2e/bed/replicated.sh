@@ -10,15 +10,20 @@
 #
 #   r-source       like the one-broker source: StandardAuthorizer allowing what no ACL mentions,
 #                  super users ANONYMOUS, admin, mirror; SCRAM-SHA-256/512 users admin, mirror, app
-#                    broker N (1-3): 191N2 PLAINTEXT, 191N4 SASL_SSL (SCRAM-SHA-512), 191N5 SSL (mTLS)
+#                    broker N (1-3): 191N2 PLAINTEXT, 191N4 SASL_SSL (SCRAM-SHA-512), 191N5 SSL (mTLS),
+#                                    191N7 PROXIED (PLAINTEXT) advertised as 191N6, the fault proxy
 #                    controller:     19103
 #   r-destination  like the one-broker destination: StandardAuthorizer, super user admin, ACLs for
 #                  mirror; users admin, mirror, app (PLAIN, SCRAM-SHA-256/512)
-#                    broker N (1-3): 291N2 SASL_PLAINTEXT, 291N4 SASL_PLAINTEXT (OAUTHBEARER)
+#                    broker N (1-3): 291N2 SASL_PLAINTEXT, 291N4 SASL_PLAINTEXT (OAUTHBEARER),
+#                                    291N7 PROXIED (SASL_PLAINTEXT) advertised as 291N6, the fault proxy
 #                    controller:     29103 (SASL_PLAINTEXT, PLAIN, user admin)
 #
 # Both: default.replication.factor=3, min.insync.replicas=2 (internal topics too),
-# unclean.leader.election.enable=false by default and settable per topic. Brokers run with
+# unclean.leader.election.enable=false by default and settable per topic. The PROXIED listeners
+# are reached through toxiproxy (e2e/bed/net.sh: 1NN6 -> 1NN7): a client bootstrapping on the
+# 1NN6 ports learns the proxied address of every broker, so the network verbs break its
+# connections; inter-broker traffic stays on the direct listeners. Brokers run with
 # KMIRROR_R_BROKER_HEAP (384m), controllers with KMIRROR_R_CONTROLLER_HEAP (256m), every node with
 # KMIRROR_R_JVM_OPTS (-XX:TieredStopAtLevel=1).
 # Component names (pid files, logs, verbs): kafka-r-source-1..3, kafka-r-source-controller,
@@ -88,7 +93,7 @@ kafka_r_source_props() {
   kafka_r_common_props "$KAFKA_DIR/$c-$(kafka_r_node_dir "$n")/data"
   echo "controller.quorum.voters=$KAFKA_R_CONTROLLER_ID@127.0.0.1:$(kafka_r_port "$c" 0 3)"
   echo "controller.listener.names=CONTROLLER"
-  echo "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL,SSL:SSL"
+  echo "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL,SSL:SSL,PROXIED:PLAINTEXT"
   if ((n == 0)); then
     cat <<EOF
 process.roles=controller
@@ -96,13 +101,14 @@ node.id=$KAFKA_R_CONTROLLER_ID
 listeners=CONTROLLER://127.0.0.1:$(kafka_r_port "$c" 0 3)
 EOF
   else
-    local p s t
+    local p s t x a
     p=$(kafka_r_port "$c" "$n" 2) s=$(kafka_r_port "$c" "$n" 4) t=$(kafka_r_port "$c" "$n" 5)
+    x=$(kafka_r_port "$c" "$n" 7) a=$(kafka_r_port "$c" "$n" 6)
     cat <<EOF
 process.roles=broker
 node.id=$n
-listeners=PLAINTEXT://127.0.0.1:$p,SASL_SSL://127.0.0.1:$s,SSL://127.0.0.1:$t
-advertised.listeners=PLAINTEXT://127.0.0.1:$p,SASL_SSL://127.0.0.1:$s,SSL://127.0.0.1:$t
+listeners=PLAINTEXT://127.0.0.1:$p,SASL_SSL://127.0.0.1:$s,SSL://127.0.0.1:$t,PROXIED://127.0.0.1:$x
+advertised.listeners=PLAINTEXT://127.0.0.1:$p,SASL_SSL://127.0.0.1:$s,SSL://127.0.0.1:$t,PROXIED://127.0.0.1:$a
 inter.broker.listener.name=PLAINTEXT
 EOF
   fi
@@ -117,7 +123,7 @@ kafka_r_dest_props() {
   cat <<EOF
 controller.quorum.voters=$KAFKA_R_CONTROLLER_ID@127.0.0.1:$(kafka_r_port "$c" 0 3)
 controller.listener.names=CONTROLLER
-listener.security.protocol.map=CONTROLLER:SASL_PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,OAUTH:SASL_PLAINTEXT
+listener.security.protocol.map=CONTROLLER:SASL_PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,OAUTH:SASL_PLAINTEXT,PROXIED:SASL_PLAINTEXT
 sasl.mechanism.controller.protocol=PLAIN
 listener.name.controller.plain.sasl.jaas.config=$plain
 listener.name.controller.sasl.enabled.mechanisms=PLAIN
@@ -133,13 +139,14 @@ listeners=CONTROLLER://127.0.0.1:$(kafka_r_port "$c" 0 3)
 sasl.enabled.mechanisms=PLAIN
 EOF
   else
-    local p o
+    local p o x a
     p=$(kafka_r_port "$c" "$n" 2) o=$(kafka_r_port "$c" "$n" 4)
+    x=$(kafka_r_port "$c" "$n" 7) a=$(kafka_r_port "$c" "$n" 6)
     cat <<EOF
 process.roles=broker
 node.id=$n
-listeners=SASL_PLAINTEXT://127.0.0.1:$p,OAUTH://127.0.0.1:$o
-advertised.listeners=SASL_PLAINTEXT://127.0.0.1:$p,OAUTH://127.0.0.1:$o
+listeners=SASL_PLAINTEXT://127.0.0.1:$p,OAUTH://127.0.0.1:$o,PROXIED://127.0.0.1:$x
+advertised.listeners=SASL_PLAINTEXT://127.0.0.1:$p,OAUTH://127.0.0.1:$o,PROXIED://127.0.0.1:$a
 inter.broker.listener.name=SASL_PLAINTEXT
 sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512
 sasl.mechanism.inter.broker.protocol=PLAIN
@@ -147,6 +154,10 @@ listener.name.sasl_plaintext.plain.sasl.jaas.config=$plain
 listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
 listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
 listener.name.sasl_plaintext.sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512
+listener.name.proxied.plain.sasl.jaas.config=$plain
+listener.name.proxied.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.proxied.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.proxied.sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512
 listener.name.oauth.sasl.enabled.mechanisms=OAUTHBEARER
 listener.name.oauth.oauthbearer.sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;
 listener.name.oauth.oauthbearer.sasl.server.callback.handler.class=org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler
@@ -247,6 +258,8 @@ export KMIRROR_R_SOURCE_SASL_SSL_BOOTSTRAP='$(kafka_r_bootstrap r-source 4)'
 export KMIRROR_R_SOURCE_MTLS_BOOTSTRAP='$(kafka_r_bootstrap r-source 5)'
 export KMIRROR_R_DEST_BOOTSTRAP='$(kafka_r_bootstrap r-destination 2)'
 export KMIRROR_R_DEST_OAUTH_BOOTSTRAP='$(kafka_r_bootstrap r-destination 4)'
+export KMIRROR_R_SOURCE_PROXIED_BOOTSTRAP='$(kafka_r_bootstrap r-source 6)'
+export KMIRROR_R_DEST_PROXIED_BOOTSTRAP='$(kafka_r_bootstrap r-destination 6)'
 export KMIRROR_R_BROKER_SESSION_MS='$KAFKA_R_SESSION_MS'
 EOF
 }

@@ -1,7 +1,8 @@
 //! Fault injection for tests: the replicated pair of the bed (`e2e/testbed.sh up --brokers 3`),
 //! the fault verbs of `e2e/testbed.sh` (kill, freeze and restart brokers, move a leader, freeze a
 //! follower, unclean election, zombie pods, killing the operator leader), and what they show:
-//! a partition's leader, ISR, high watermark and every replica's log end offset.
+//! a partition's leader, ISR, high watermark and every replica's log end offset. Network faults
+//! (toxiproxy in front of each broker): [`net`], re-exported here.
 
 use std::collections::BTreeMap;
 use std::process::Command;
@@ -14,6 +15,9 @@ use serde::Deserialize;
 use crate::Testbed;
 use crate::kafka::DestUser;
 use crate::testbed::script;
+
+pub mod net;
+pub use net::*;
 
 /// A cluster of the bed, as the fault verbs name it (`--on`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -30,6 +30,10 @@ pub struct LaunchSpec {
     pub exit_file: PathBuf,
     /// The shim writes the pid of the container's main process here.
     pub pid_file: PathBuf,
+    /// A network namespace to join (`/run/netns/NAME`, an isolated pod network); `None`: the
+    /// host's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub netns: Option<PathBuf>,
 }
 
 /// A numeric identity for the container process.

@@ -24,6 +24,7 @@ mod events;
 mod ipam;
 mod launch;
 mod logs;
+mod netns;
 mod node;
 mod ns_bin_path;
 mod payload;
@@ -230,6 +231,7 @@ fn cleanup(state_dir: PathBuf, grace: Duration) -> anyhow::Result<()> {
     for record in &records {
         supervisor::stop_recorded(record, grace);
     }
+    netns::remove_all();
     std::fs::remove_dir_all(&state_dir)
         .with_context(|| format!("removing {}", state_dir.display()))?;
     tracing::info!(

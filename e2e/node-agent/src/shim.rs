@@ -222,6 +222,12 @@ impl Prepared {
         let _ =
             nix::sys::signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None);
 
+        if let Some(path) = &spec.netns {
+            let file = std::fs::File::open(path)
+                .map_err(|e| format!("open network namespace {}: {e}", path.display()))?;
+            nix::sched::setns(&file, CloneFlags::CLONE_NEWNET)
+                .map_err(|e| format!("join network namespace {}: {e}", path.display()))?;
+        }
         unshare(CloneFlags::CLONE_NEWNS | CloneFlags::CLONE_NEWUTS)
             .map_err(|e| format!("unshare mount/UTS namespaces: {e}"))?;
         nix::unistd::sethostname(&spec.hostname).map_err(|e| format!("sethostname: {e}"))?;

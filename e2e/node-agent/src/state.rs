@@ -83,6 +83,10 @@ pub struct PodRecord {
     /// purpose (see `zombie.rs`): the processes live on, unsupervised, until they are killed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub zombie_since: Option<Time>,
+    /// The pod runs in a network namespace of its own (`netns.rs`); its pod IP is that
+    /// namespace's address.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub isolated_network: bool,
 }
 
 /// The state directory.
@@ -180,6 +184,7 @@ mod tests {
             init_done: true,
             containers,
             zombie_since: None,
+            isolated_network: false,
         };
         dir.save(&record).unwrap();
         std::fs::create_dir_all(dir.pod_dir("broken")).unwrap();

@@ -85,6 +85,11 @@ impl Zombies {
                 if let Err(e) = state.remove(&uid) {
                     tracing::warn!(%pod, "cannot remove zombie pod state: {e}");
                 }
+                if let (true, Some(ip)) = (record.isolated_network, record.ip)
+                    && let Ok(net) = crate::netns::PodNet::of(ip)
+                {
+                    net.teardown();
+                }
                 ipam.lock().expect("ipam lock").release(&uid);
             }
         }
@@ -181,6 +186,7 @@ mod tests {
             init_done: true,
             containers,
             zombie_since: Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH)),
+            isolated_network: false,
         }
     }
 

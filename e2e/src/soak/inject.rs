@@ -136,6 +136,36 @@ pub async fn inject(ctx: &mut Ctx<'_>, fault: &PlannedFault) -> Injected {
                 .map(|s| s.lines().last().unwrap_or_default().to_string())
         }
         FaultKind::PauseResume => pause_resume(ctx, &mut rng).await,
+        FaultKind::NetReset => {
+            let (cluster, id) = pick_broker(&mut rng);
+            let times = 3 + rng.below(4) as u32;
+            blocking(move || faults::net_reset(cluster, id, times, Duration::from_secs(2)))
+                .await
+                .map(|r| r.output.lines().last().unwrap_or_default().to_string())
+        }
+        FaultKind::NetCut => {
+            let (cluster, id) = pick_broker(&mut rng);
+            let dwell = seconds(&mut rng, 5, 20);
+            net_fault(ctx, cluster, id, dwell, move || {
+                faults::net_cut(cluster, id, None)
+            })
+            .await
+        }
+        FaultKind::NetLatency => {
+            let (cluster, id) = pick_broker(&mut rng);
+            let ms = 200 + rng.below(601);
+            let dwell = seconds(&mut rng, 10, 20);
+            net_fault(ctx, cluster, id, dwell, move || {
+                faults::net_latency(
+                    cluster,
+                    id,
+                    Duration::from_millis(ms),
+                    Duration::from_millis(ms / 4),
+                    None,
+                )
+            })
+            .await
+        }
         FaultKind::FailoverFailback => {
             let outcome = cycle::run(ctx).await;
             notes = outcome.steps.clone();
@@ -200,6 +230,25 @@ async fn broker_fault(
         first_line(&said),
         dwell.as_secs(),
         first_line(&back)
+    ))
+}
+
+/// Injects a network fault on one broker's proxy, keeps it for `dwell`, heals that proxy.
+async fn net_fault(
+    ctx: &mut Ctx<'_>,
+    cluster: Cluster,
+    id: i32,
+    dwell: Duration,
+    inject: impl FnOnce() -> anyhow::Result<String> + Send + 'static,
+) -> anyhow::Result<String> {
+    let said = blocking(inject).await?;
+    ctx.monitor.watch_for(ctx.s, dwell).await;
+    let healed = blocking(move || faults::net_heal(Some((cluster, id)))).await?;
+    Ok(format!(
+        "{} … {}s later: {}",
+        first_line(&said),
+        dwell.as_secs(),
+        first_line(&healed)
     ))
 }
 

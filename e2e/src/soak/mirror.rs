@@ -96,7 +96,8 @@ pub fn helm_uninstall(bed: &Testbed, ns: &str) -> anyhow::Result<()> {
 }
 
 /// The ClusterMirror: every topic starting with `prefix`, the soak's consumer group synced,
-/// three partitions per fetcher pod.
+/// three partitions per fetcher pod. Both sides through the bed's fault proxy (the PROXIED
+/// listeners), so that the network faults reach the mirror's clients.
 pub async fn apply(bed: &Testbed, s: &Scenario, prefix: &str) {
     s.secret(
         "destination-credentials",
@@ -107,9 +108,9 @@ pub async fn apply(bed: &Testbed, s: &Scenario, prefix: &str) {
     s.apply_mirror(
         MIRROR,
         json!({
-            "source": {"bootstrapServers": bed.var("KMIRROR_R_SOURCE_BOOTSTRAP")},
+            "source": {"bootstrapServers": bed.r_source_proxied_bootstrap()},
             "destination": {
-                "bootstrapServers": bed.var("KMIRROR_R_DEST_BOOTSTRAP"),
+                "bootstrapServers": bed.r_dest_proxied_bootstrap(),
                 "allowInsecure": true,
                 "sasl": {"mechanism": "PLAIN", "username": "mirror",
                          "password": {"name": "destination-credentials", "key": "password"}}

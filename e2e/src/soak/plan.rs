@@ -35,11 +35,17 @@ pub enum FaultKind {
     PauseResume,
     /// Fail a topic over, fail it back, and mirror it forward again.
     FailoverFailback,
+    /// Reset the mirror's connections to one broker (through the fault proxy) a few times.
+    NetReset,
+    /// Cut one broker off from the mirror's clients (blackhole) for some seconds.
+    NetCut,
+    /// Add latency to one broker's responses to the mirror for some seconds.
+    NetLatency,
 }
 
 impl FaultKind {
     /// Every kind, in report order.
-    pub const ALL: [FaultKind; 11] = [
+    pub const ALL: [FaultKind; 14] = [
         FaultKind::BrokerKill,
         FaultKind::BrokerSigstop,
         FaultKind::BrokerRestart,
@@ -51,6 +57,9 @@ impl FaultKind {
         FaultKind::OperatorOverlap,
         FaultKind::PauseResume,
         FaultKind::FailoverFailback,
+        FaultKind::NetReset,
+        FaultKind::NetCut,
+        FaultKind::NetLatency,
     ];
 
     /// The name in plans and reports.
@@ -67,6 +76,9 @@ impl FaultKind {
             FaultKind::OperatorOverlap => "operator-overlap",
             FaultKind::PauseResume => "pause-resume",
             FaultKind::FailoverFailback => "failover-failback",
+            FaultKind::NetReset => "net-reset",
+            FaultKind::NetCut => "net-cut",
+            FaultKind::NetLatency => "net-latency",
         }
     }
 
@@ -84,6 +96,9 @@ impl FaultKind {
             FaultKind::OperatorOverlap => 45,
             FaultKind::PauseResume => 40,
             FaultKind::FailoverFailback => 180,
+            FaultKind::NetReset => 25,
+            FaultKind::NetCut => 35,
+            FaultKind::NetLatency => 30,
         })
     }
 }
@@ -103,7 +118,7 @@ pub struct PlannedFault {
 const MAX_UNCLEAN: usize = 2;
 
 /// Minutes a plan needs to hold every kind of fault once.
-pub const EVERY_KIND_MINUTES: f64 = 12.0;
+pub const EVERY_KIND_MINUTES: f64 = 14.0;
 
 /// Shorter plans hold the failover cycle from this many minutes on.
 pub const CYCLE_MINUTES: f64 = 6.0;
@@ -246,8 +261,8 @@ mod tests {
     }
 
     #[test]
-    fn every_kind_at_least_once_and_one_cycle_from_twelve_minutes() {
-        for (seed, minutes) in [(1, 12.0), (7, 13.5), (42, 20.0), (3, 60.0)] {
+    fn every_kind_at_least_once_and_one_cycle_from_fourteen_minutes() {
+        for (seed, minutes) in [(1, 14.0), (7, 15.5), (42, 20.0), (3, 60.0)] {
             let p = plan(seed, minutes);
             for kind in FaultKind::ALL {
                 assert!(count(&p, kind) >= 1, "{kind:?} missing for seed {seed}");

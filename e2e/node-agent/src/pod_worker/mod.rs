@@ -154,6 +154,7 @@ impl PodWorker {
             init_done: !containers.iter().any(|c| c.init),
             containers: BTreeMap::new(),
             zombie_since: None,
+            isolated_network: false,
         });
         PodWorker {
             shared,
@@ -198,7 +199,36 @@ impl PodWorker {
     }
 
     fn pod_ip(&self) -> Ipv4Addr {
-        self.record.ip.unwrap_or(self.shared.config.host_ip)
+        match (self.record.ip, self.pod_net()) {
+            (_, Some(net)) => net.pod_addr,
+            (Some(ip), None) => ip,
+            (None, None) => self.shared.config.host_ip,
+        }
+    }
+
+    /// The pod's own network namespace, when its namespace asked for one (`netns.rs`).
+    fn pod_net(&self) -> Option<crate::netns::PodNet> {
+        let ip = self.record.ip.filter(|_| self.record.isolated_network)?;
+        crate::netns::PodNet::of(ip).ok()
+    }
+
+    /// Whether a new pod's namespace asks for an isolated network (read once, at the start).
+    async fn wants_isolated_network(&self) -> bool {
+        use k8s_openapi::api::core::v1::Namespace;
+        let api: kube::Api<Namespace> = kube::Api::all(self.shared.client.clone());
+        match api.get_opt(&self.record.namespace).await {
+            Ok(Some(ns)) => ns
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(crate::netns::ANNOTATION))
+                .is_some_and(|v| v == crate::netns::ISOLATED),
+            Ok(None) => false,
+            Err(e) => {
+                tracing::warn!(pod = %self.label(), "cannot read the namespace's network annotation: {e}");
+                false
+            }
+        }
     }
 
     fn facts(&self) -> PodFacts {
@@ -244,6 +274,9 @@ impl PodWorker {
         if *shutdown.borrow_and_update() {
             self.begin_stop(StopCause::Shutdown);
         } else {
+            if self.record.ip.is_none() && !self.host_network() && !self.dormant {
+                self.record.isolated_network = self.wants_isolated_network().await;
+            }
             self.start_up();
         }
         while !self.finished {
@@ -300,9 +333,23 @@ impl PodWorker {
             match allocated {
                 Ok(ip) => self.record.ip = Some(ip),
                 Err(e) => {
+                    self.record.isolated_network = false;
                     tracing::error!(pod = %self.label(), "{e}");
                     for c in &mut self.containers {
                         c.waiting = Some(("ContainerCreating".into(), Some(e.to_string())));
+                        c.next_start = None;
+                    }
+                }
+            }
+        }
+        if let Some(net) = self.pod_net() {
+            match net.setup() {
+                Ok(()) => tracing::info!(pod = %self.label(), netns = %net.netns, ip = %net.pod_addr, "isolated pod network"),
+                Err(e) => {
+                    let message = format!("cannot set up the pod's isolated network: {e}");
+                    tracing::error!(pod = %self.label(), "{message}");
+                    for c in &mut self.containers {
+                        c.waiting = Some(("ContainerCreating".into(), Some(message.clone())));
                         c.next_start = None;
                     }
                 }

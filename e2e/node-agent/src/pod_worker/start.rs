@@ -150,6 +150,7 @@ impl PodWorker {
             log_file: log.clone(),
             exit_file: files.exit.clone(),
             pid_file: files.pid.clone(),
+            netns: self.pod_net().map(|n| n.path()),
         };
         if was_started_before {
             self.rec_mut(idx).restart_count += 1;

@@ -118,6 +118,9 @@ impl PodWorker {
         if let Err(e) = self.shared.config.state.remove(&self.uid) {
             tracing::warn!(pod = %self.label(), "cannot remove pod directory: {e}");
         }
+        if let Some(net) = self.pod_net() {
+            net.teardown();
+        }
         self.shared
             .ipam
             .lock()
