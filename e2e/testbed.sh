@@ -36,7 +36,7 @@
 #   net-latency CLUSTER BROKER MS [--jitter MS] [--hold S] | net-bandwidth CLUSTER BROKER KBPS [--hold S]
 #   net-heal [CLUSTER BROKER] | net-status        remove the toxics / show the proxies
 #   (CLUSTER BROKER: r-source 1 .. r-destination 3, or r-source-1; heal also heals the network)
-#   pod-net-cut NS/POD | pod-net-restore NS/POD   cut a pod of a namespace annotated
+#   pod-net-cut NS/POD|IP | pod-net-restore NS/POD|IP  cut a pod of a namespace annotated
 #                                                 kmirror.io/test-network=isolated off the network
 #                                                 while its processes run / join it again
 #

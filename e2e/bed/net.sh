@@ -253,13 +253,18 @@ net_status() {
 
 # _pod_net NS/POD: the host end of an isolated pod's link (kmh-A-B for pod IP 10.(213+A).B.2,
 # e2e/node-agent/src/netns.rs) into POD_LINK, its IP into POD_IP.
+# A pod IP instead of NS/POD reaches a pod whose object is gone (a zombie's process lives on).
 _pod_net() {
   local target="${1:-}" ns pod a b
-  [[ "$target" == */* ]] || die "usage: pod-net-cut|pod-net-restore NAMESPACE/POD"
-  declare -F _node_kubectl >/dev/null || die "the node agent is not part of this bed"
-  ns="${target%%/*}" pod="${target#*/}"
-  POD_IP="$(_node_kubectl get pod -n "$ns" "$pod" -o jsonpath='{.status.podIP}' 2>/dev/null)" ||
-    die "no pod $target"
+  if [[ "$target" =~ ^10\.[0-9]+\.[0-9]+\.2$ ]]; then
+    POD_IP="$target"
+  else
+    [[ "$target" == */* ]] || die "usage: pod-net-cut|pod-net-restore NAMESPACE/POD|POD_IP"
+    declare -F _node_kubectl >/dev/null || die "the node agent is not part of this bed"
+    ns="${target%%/*}" pod="${target#*/}"
+    POD_IP="$(_node_kubectl get pod -n "$ns" "$pod" -o jsonpath='{.status.podIP}' 2>/dev/null)" ||
+      die "no pod $target"
+  fi
   [[ "$POD_IP" =~ ^10\.([0-9]+)\.([0-9]+)\.2$ ]] ||
     die "$target (IP ${POD_IP:-none}) is not in an isolated network: annotate its namespace kmirror.io/test-network=isolated before the pod starts"
   a=$((BASH_REMATCH[1] - 213)) b="${BASH_REMATCH[2]}"

@@ -32,6 +32,10 @@ struct Inner {
     stale: AtomicBool,
     refreshing: tokio::sync::Mutex<()>,
     fence: Fence,
+    /// Some connection of this client completed its handshake: from then on a broker that
+    /// closes a new connection during the handshake is a network fault (retriable), not a
+    /// listener that speaks another protocol.
+    reached: AtomicBool,
 }
 
 /// A Kafka client for one cluster. Clones share connections and metadata.
@@ -80,6 +84,7 @@ impl Client {
                 stale: AtomicBool::new(true),
                 refreshing: tokio::sync::Mutex::new(()),
                 fence: Fence::default(),
+                reached: AtomicBool::new(false),
             }),
         };
         client.refresh_metadata(&[]).await?;
@@ -176,9 +181,11 @@ impl Client {
                 self.inner.tls.as_ref(),
                 self.inner.tokens.as_ref(),
                 &self.inner.fence,
+                !self.inner.reached.load(Ordering::Relaxed),
             )
             .await?,
         );
+        self.inner.reached.store(true, Ordering::Relaxed);
         // Fenced while connecting: this connection is never used.
         if self.is_fenced() {
             conn.abort("the client was fenced");

@@ -204,18 +204,22 @@ impl<T: Decodable> PendingResponse<T> {
 
 impl Connection {
     /// Connects to `broker` (`host:port`), negotiates API versions and authenticates, all within
-    /// the configured connect timeout.
+    /// the configured connect timeout. On a client's `first_contact` with its cluster, a broker
+    /// that closes the connection at the first request is reported as a listener speaking
+    /// another protocol (or refusing the certificate); after that, as the connection loss it
+    /// then most likely is (retriable).
     pub(crate) async fn connect(
         broker: &str,
         config: &WireConfig,
         tls: Option<&Arc<rustls::ClientConfig>>,
         tokens: Option<&TokenSource>,
         fence: &Fence,
+        first_contact: bool,
     ) -> Result<Connection, WireError> {
         let timeout = config.connect_timeout;
         match tokio::time::timeout(
             timeout,
-            Connection::establish(broker, config, tls, tokens, fence),
+            Connection::establish(broker, config, tls, tokens, fence, first_contact),
         )
         .await
         {
@@ -236,6 +240,7 @@ impl Connection {
         tls: Option<&Arc<rustls::ClientConfig>>,
         tokens: Option<&TokenSource>,
         fence: &Fence,
+        first_contact: bool,
     ) -> Result<Connection, WireError> {
         let tcp = TcpStream::connect(broker)
             .await
@@ -266,9 +271,11 @@ impl Connection {
             None => Box::new(tcp),
         };
         let mut conn = Connection::start(broker, stream, config, fence.clone());
-        conn.negotiate_versions(tls.is_some()).await?;
+        conn.negotiate_versions(tls.is_some(), first_contact)
+            .await?;
         if let Some(mechanism) = &config.sasl {
-            conn.expires_at = crate::sasl::authenticate(&conn, mechanism, tokens).await?;
+            conn.expires_at =
+                crate::sasl::authenticate(&conn, mechanism, tokens, first_contact).await?;
         }
         Ok(conn)
     }
@@ -437,7 +444,11 @@ impl Connection {
     }
 
     /// Asks the broker for its API versions (v3, or v0 when it refuses v3).
-    async fn negotiate_versions(&mut self, tls: bool) -> Result<(), WireError> {
+    async fn negotiate_versions(
+        &mut self,
+        tls: bool,
+        first_contact: bool,
+    ) -> Result<(), WireError> {
         let request = ApiVersionsRequest::default()
             .with_client_software_name(StrBytes::from_static_str("kmirror-wire"))
             .with_client_software_version(StrBytes::from_static_str(env!("CARGO_PKG_VERSION")));
@@ -463,6 +474,8 @@ impl Connection {
         let response: ApiVersionsResponse = response.map_err(|e| match e {
             // TLS 1.3 servers check the client certificate after the handshake completed: the
             // first request meets an alert (or a reset, when the write loses the race).
+            // A connection lost once the cluster was reached stays what it is: retriable.
+            e @ WireError::Disconnected { .. } if !first_contact => e,
             WireError::Disconnected { reason, .. } if tls => WireError::Tls {
                 broker: self.broker().to_string(),
                 reason: format!(

@@ -16,12 +16,53 @@ use crate::oauth::TokenSource;
 use crate::scram::ScramClient;
 
 /// Authenticates `conn` with `mechanism`. Returns when the broker wants the session
-/// re-authenticated (KIP-368), if it does.
+/// re-authenticated (KIP-368), if it does. After the client's first contact with its cluster, a
+/// connection lost during the exchange is reported as such (retriable), not as a refusal.
 pub async fn authenticate(
     conn: &Connection,
     mechanism: &SaslMechanism,
     tokens: Option<&TokenSource>,
+    first_contact: bool,
 ) -> Result<Option<Instant>, WireError> {
+    match exchange(conn, mechanism, tokens).await {
+        Err(SaslError {
+            lost: Some(lost), ..
+        }) if !first_contact => Err(lost),
+        Err(SaslError { error, .. }) => Err(error),
+        Ok(expiry) => Ok(expiry),
+    }
+}
+
+/// A failed exchange, and the transport error under it when the connection was lost.
+struct SaslError {
+    error: WireError,
+    lost: Option<WireError>,
+}
+
+impl From<WireError> for SaslError {
+    fn from(error: WireError) -> SaslError {
+        SaslError { error, lost: None }
+    }
+}
+
+/// `wrap` of a request's error, keeping a lost connection's error beside it.
+fn wrapped(e: WireError, wrap: impl FnOnce(String) -> WireError) -> SaslError {
+    let lost = matches!(
+        e,
+        WireError::Disconnected { .. } | WireError::Timeout { .. }
+    );
+    let error = wrap(e.to_string());
+    SaslError {
+        error,
+        lost: lost.then_some(e),
+    }
+}
+
+async fn exchange(
+    conn: &Connection,
+    mechanism: &SaslMechanism,
+    tokens: Option<&TokenSource>,
+) -> Result<Option<Instant>, SaslError> {
     let name = mechanism.name();
     let handshake = conn
         .send(
@@ -29,13 +70,15 @@ pub async fn authenticate(
             1,
         )
         .await
-        .map_err(|e| WireError::SaslHandshake {
-            broker: conn.broker().to_string(),
-            reason: e.to_string(),
+        .map_err(|e| {
+            wrapped(e, |reason| WireError::SaslHandshake {
+                broker: conn.broker().to_string(),
+                reason,
+            })
         })?;
     if handshake.error_code != 0 {
         let offered: Vec<&str> = handshake.mechanisms.iter().map(|m| m.as_str()).collect();
-        return Err(WireError::SaslHandshake {
+        return Err(SaslError::from(WireError::SaslHandshake {
             broker: conn.broker().to_string(),
             reason: format!(
                 "{}: the listener offers {} but not {name}",
@@ -46,7 +89,7 @@ pub async fn authenticate(
                     offered.join(", ")
                 }
             ),
-        });
+        }));
     }
     let failed = |reason: String| WireError::SaslAuthenticate {
         broker: conn.broker().to_string(),
@@ -93,7 +136,7 @@ async fn round(
     mechanism: &str,
     auth_bytes: Vec<u8>,
     principal: &str,
-) -> Result<SaslAuthenticateResponse, WireError> {
+) -> Result<SaslAuthenticateResponse, SaslError> {
     let mechanism_error = |reason: String| WireError::SaslAuthenticate {
         broker: conn.broker().to_string(),
         mechanism: mechanism.to_string(),
@@ -105,17 +148,17 @@ async fn round(
             2,
         )
         .await
-        .map_err(|e| mechanism_error(e.to_string()))?;
+        .map_err(|e| wrapped(e, mechanism_error))?;
     if response.error_code != 0 {
         let message = response
             .error_message
             .as_ref()
             .map(|m| m.as_str().to_string())
             .unwrap_or_default();
-        return Err(mechanism_error(format!(
+        return Err(SaslError::from(mechanism_error(format!(
             "{} for {principal:?}: {message}",
             KafkaCode(response.error_code).name()
-        )));
+        ))));
     }
     Ok(response)
 }
