@@ -142,9 +142,14 @@ async fn a_fetcher_pod_cut_off_past_its_lease_writes_nothing_when_its_network_re
     );
 
     // The network comes back to whatever of the lost pod still runs.
-    // By its IP: the pod object is gone.
-    let restored = faults::verb(&["pod-net-restore", &ip]).expect("pod-net-restore");
-    eprintln!("{restored}");
+    // By its IP: the pod object is gone. A lost pod whose processes all ended has no network
+    // left to restore.
+    if is_zombie(&s.ns, &pod) {
+        let restored = faults::verb(&["pod-net-restore", &ip]).expect("pod-net-restore");
+        eprintln!("{restored}");
+    } else {
+        eprintln!("the lost pod's processes had ended before its network could return");
+    }
     let restored_at = Instant::now();
     while zombie_ended_after.is_none() && restored_at.elapsed() < Duration::from_secs(60) {
         if !is_zombie(&s.ns, &pod) {
