@@ -154,10 +154,13 @@ struct ShellCommand {
 
 /// The commands of a shell text (continuation lines joined, heredocs read as bash reads them:
 /// the terminator alone on its line, at its start). Pipelines `cat <<X | cmd` give `cmd` the
-/// heredoc. Lines that are not shell (prose in NOTES) come out as commands nobody runs.
-fn shell_commands(origin: &str, script: &str) -> Result<Vec<ShellCommand>, String> {
+/// heredoc. Lines that are not shell (prose in NOTES) come out as commands nobody runs. The
+/// second list says what bash would trip over: a heredoc whose terminator is indented is
+/// reported and then read up to that line anyway, so that what follows is checked too.
+fn shell_commands(origin: &str, script: &str) -> (Vec<ShellCommand>, Vec<String>) {
     let lines: Vec<&str> = script.lines().collect();
     let mut out = Vec::new();
+    let mut problems = Vec::new();
     let mut i = 0;
     while i < lines.len() {
         let first = i;
@@ -191,27 +194,40 @@ fn shell_commands(origin: &str, script: &str) -> Result<Vec<ShellCommand>, Strin
         let stdin = match heredoc {
             None => None,
             Some((strip_tabs, tag)) => {
-                let mut body = String::new();
-                loop {
-                    let Some(l) = lines.get(i) else {
-                        return Err(format!(
-                            "{origin} line {}: the heredoc <<{tag} is never closed (bash ends it \
-                             only at a line that is exactly `{tag}`, not indented)",
-                            first + 1
-                        ));
-                    };
-                    i += 1;
+                let is_end = |l: &str| {
                     let l = if strip_tabs {
                         l.trim_start_matches('\t')
                     } else {
                         l
                     };
-                    if l == tag {
-                        break;
+                    l == tag
+                };
+                let end = match lines[i..].iter().position(|l| is_end(l)) {
+                    Some(n) => i + n,
+                    None => {
+                        problems.push(format!(
+                            "{origin} line {}: the heredoc <<{tag} is never closed: bash ends it \
+                             only at a line that is exactly `{tag}` (not indented)",
+                            first + 1
+                        ));
+                        match lines[i..].iter().position(|l| l.trim() == tag) {
+                            Some(n) => i + n,
+                            None => return (out, problems),
+                        }
                     }
-                    body.push_str(l);
-                    body.push('\n');
-                }
+                };
+                let body: String = lines[i..end]
+                    .iter()
+                    .map(|l| {
+                        let l = if strip_tabs {
+                            l.trim_start_matches('\t')
+                        } else {
+                            l
+                        };
+                        format!("{l}\n")
+                    })
+                    .collect();
+                i = end + 1;
                 Some(body)
             }
         };
@@ -241,7 +257,7 @@ fn shell_commands(origin: &str, script: &str) -> Result<Vec<ShellCommand>, Strin
             _ => {}
         }
     }
-    Ok(out)
+    (out, problems)
 }
 
 /// The value of a flag (`-n X`, `--namespace X`, `--namespace=X`) of a command.
@@ -302,12 +318,12 @@ fn notes_of(helm_output: &str) -> Option<&str> {
 
 #[test]
 fn extraction_reads_shell_as_bash_does() {
-    let cmds = shell_commands(
+    let (cmds, problems) = shell_commands(
         "t",
         "kubectl -n kmirror create secret generic s \\\n  --from-literal=password='a b' # why\n\
          cat <<'YAML' | kubectl apply -f -\nkind: X\n  YAML\nYAML\nhelm install x y\n",
-    )
-    .unwrap();
+    );
+    assert!(problems.is_empty(), "{problems:?}");
     assert_eq!(cmds.len(), 3, "{cmds:?}");
     assert_eq!(
         cmds[0].argv,
@@ -328,9 +344,11 @@ fn extraction_reads_shell_as_bash_does() {
     assert_eq!(cmds[1].stdin.as_deref(), Some("kind: X\n  YAML\n"));
     assert_eq!(cmds[2].argv, ["helm", "install", "x", "y"]);
     // An indented terminator does not end a heredoc in bash.
-    let err = shell_commands("t", "  cat <<'YAML' | kubectl apply -f -\n  kind: X\n  YAML\n")
-        .unwrap_err();
-    assert!(err.contains("never closed"), "{err}");
+    let (cmds, problems) =
+        shell_commands("t", "  cat <<'YAML' | kubectl apply -f -\n  kind: X\n  YAML\n  ls\n");
+    assert!(problems[0].contains("never closed"), "{problems:?}");
+    assert_eq!(cmds.len(), 2, "read on after the indented terminator: {cmds:?}");
+    assert_eq!(cmds[0].stdin.as_deref(), Some("  kind: X\n"));
 
     let blocks = markdown_blocks(
         "f.md",
@@ -492,6 +510,12 @@ impl Checker {
                     return; // deploy/: rendered from the chart, checked by helm_chart.rs
                 }
                 let mut stdin = cmd.stdin.clone();
+                if let Some(text) = &stdin {
+                    self.heredocs
+                        .entry(document.to_string())
+                        .or_default()
+                        .push(text.clone());
+                }
                 if let Some(file) = flag_value(argv, Some("-f"), "--filename") {
                     if file != "-" {
                         if file.contains("crds") {
@@ -517,10 +541,6 @@ impl Checker {
                         Err(e) => return self.problem(format!("{origin}: input is not YAML: {e}")),
                     };
                     self.rehome(&origin, &mut docs, cli_ns.as_deref(), strict);
-                    self.heredocs
-                        .entry(document.to_string())
-                        .or_default()
-                        .push(text.clone());
                     stdin = Some(
                         docs.iter()
                             .map(|d| serde_yaml::to_string(d).unwrap())
@@ -602,13 +622,10 @@ impl Checker {
 
     /// Shell text of a document: every command, in order.
     async fn shell(&mut self, document: &str, origin: &str, text: &str, strict: bool) {
-        match shell_commands(origin, text) {
-            Ok(cmds) => {
-                for cmd in &cmds {
-                    self.run_command(document, cmd, strict);
-                }
-            }
-            Err(e) => self.problem(e),
+        let (cmds, problems) = shell_commands(origin, text);
+        self.problems.extend(problems);
+        for cmd in &cmds {
+            self.run_command(document, cmd, strict);
         }
     }
 
@@ -638,7 +655,8 @@ impl Checker {
             .filter(|o| o["kind"] == "Secret")
             .map(|o| (o["metadata"]["name"].as_str().unwrap_or("").to_string(), o))
             .collect();
-        for (name, s) in &secrets {
+        for s in objects.iter().filter(|o| o["kind"] == "Secret") {
+            let name = s["metadata"]["name"].as_str().unwrap_or("?");
             if s["metadata"]["labels"][CREDENTIALS_LABEL] != "true" {
                 self.problem(format!(
                     "{document}: Secret {name} lacks the label {CREDENTIALS_LABEL}: \"true\" — \
@@ -750,7 +768,7 @@ async fn every_copyable_block_of_the_docs_applies_and_works() {
         "the README and the chart README each show a helm install: {notes:?}"
     );
     for (origin, text) in &notes {
-        let document = format!("NOTES of {origin}");
+        let document = format!("NOTES (helm install at {origin})");
         c.shell(&document, &document, text, true).await;
     }
     // examples/: applied as the docs say (`kubectl -n kmirror apply -f examples/…`).
@@ -772,7 +790,7 @@ async fn every_copyable_block_of_the_docs_applies_and_works() {
         c.check_credentials(d);
     }
     // The chart README shows the NOTES' first mirror.
-    let notes_doc = format!("NOTES of {}", notes[0].0);
+    let notes_doc = format!("NOTES (helm install at {})", notes[0].0);
     let readme_doc = "charts/kmirror/README.md".to_string();
     let first = |d: &String| c.heredocs.get(d).and_then(|h| h.first()).cloned();
     match (first(&notes_doc), first(&readme_doc)) {
