@@ -311,9 +311,7 @@ fn yaml_documents(text: &str) -> Result<Vec<Value>, String> {
 
 /// The NOTES part of `helm install` output.
 fn notes_of(helm_output: &str) -> Option<&str> {
-    helm_output
-        .split_once("\nNOTES:\n")
-        .map(|(_, notes)| notes)
+    helm_output.split_once("\nNOTES:\n").map(|(_, notes)| notes)
 }
 
 #[test]
@@ -339,15 +337,24 @@ fn extraction_reads_shell_as_bash_does() {
         ]
     );
     assert_eq!(kubectl_verb(&cmds[0].argv), Some("create"));
-    assert_eq!(flag_value(&cmds[0].argv, Some("-n"), "--namespace"), Some("kmirror"));
+    assert_eq!(
+        flag_value(&cmds[0].argv, Some("-n"), "--namespace"),
+        Some("kmirror")
+    );
     assert_eq!(cmds[1].argv, ["kubectl", "apply", "-f", "-"]);
     assert_eq!(cmds[1].stdin.as_deref(), Some("kind: X\n  YAML\n"));
     assert_eq!(cmds[2].argv, ["helm", "install", "x", "y"]);
     // An indented terminator does not end a heredoc in bash.
-    let (cmds, problems) =
-        shell_commands("t", "  cat <<'YAML' | kubectl apply -f -\n  kind: X\n  YAML\n  ls\n");
+    let (cmds, problems) = shell_commands(
+        "t",
+        "  cat <<'YAML' | kubectl apply -f -\n  kind: X\n  YAML\n  ls\n",
+    );
     assert!(problems[0].contains("never closed"), "{problems:?}");
-    assert_eq!(cmds.len(), 2, "read on after the indented terminator: {cmds:?}");
+    assert_eq!(
+        cmds.len(),
+        2,
+        "read on after the indented terminator: {cmds:?}"
+    );
     assert_eq!(cmds[0].stdin.as_deref(), Some("  kind: X\n"));
 
     let blocks = markdown_blocks(
@@ -450,7 +457,10 @@ impl Checker {
                 Ok(obj) => {
                     self.commands_run += 1;
                     let v = serde_json::to_value(obj).expect("object as JSON");
-                    self.created.entry(document.to_string()).or_default().push(v);
+                    self.created
+                        .entry(document.to_string())
+                        .or_default()
+                        .push(v);
                 }
                 Err(e) => self.problem(format!("{origin}: {kind} {name} refused: {e}")),
             }
@@ -582,7 +592,12 @@ impl Checker {
 
     /// Runs a tool of the bed in the repository root; Err with its stderr on failure (never
     /// stdout: a dry run's output holds the objects, Secrets included).
-    fn command(&self, program: &str, args: &[String], stdin: Option<&str>) -> Result<String, String> {
+    fn command(
+        &self,
+        program: &str,
+        args: &[String],
+        stdin: Option<&str>,
+    ) -> Result<String, String> {
         let mut child = Command::new(program)
             .args(args)
             .current_dir(repo_root())
@@ -668,12 +683,17 @@ impl Checker {
             let mirror: ClusterMirror = match serde_json::from_value(o.clone()) {
                 Ok(m) => m,
                 Err(e) => {
-                    self.problem(format!("{document}: a ClusterMirror the operator cannot read: {e}"));
+                    self.problem(format!(
+                        "{document}: a ClusterMirror the operator cannot read: {e}"
+                    ));
                     continue;
                 }
             };
             let name = mirror.metadata.name.clone().unwrap_or_default();
-            let refs = [("source", &mirror.spec.source), ("destination", &mirror.spec.destination)];
+            let refs = [
+                ("source", &mirror.spec.source),
+                ("destination", &mirror.spec.destination),
+            ];
             for (side, conn) in refs {
                 for (role, r) in conn.secret_refs() {
                     let Some(secret) = secrets.get(&r.name) else {
@@ -733,8 +753,7 @@ async fn every_copyable_block_of_the_docs_applies_and_works() {
         client: client.clone(),
         ns: ns.clone(),
         kubectl: bed.var("KMIRROR_KUBECTL").to_string(),
-        helm: std::env::var("KMIRROR_HELM")
-            .unwrap_or_else(|_| bed.var("KMIRROR_HELM").to_string()),
+        helm: std::env::var("KMIRROR_HELM").unwrap_or_else(|_| bed.var("KMIRROR_HELM").to_string()),
         kubeconfig: bed.var("KUBECONFIG").to_string(),
         problems: Vec::new(),
         created: BTreeMap::new(),
@@ -756,7 +775,11 @@ async fn every_copyable_block_of_the_docs_applies_and_works() {
         .collect();
     docs.sort();
     for path in docs {
-        let file = path.strip_prefix(repo_root()).unwrap().display().to_string();
+        let file = path
+            .strip_prefix(repo_root())
+            .unwrap()
+            .display()
+            .to_string();
         if !OTHER_DOCS.contains(&file.as_str()) {
             c.markdown(&file, false).await;
         }
@@ -780,7 +803,11 @@ async fn every_copyable_block_of_the_docs_applies_and_works() {
     examples.sort();
     assert!(examples.len() >= 4, "{examples:?}");
     for path in &examples {
-        let file = path.strip_prefix(repo_root()).unwrap().display().to_string();
+        let file = path
+            .strip_prefix(repo_root())
+            .unwrap()
+            .display()
+            .to_string();
         let text = std::fs::read_to_string(path).unwrap();
         c.apply_manifest(&file, &file, &text, false).await;
     }
@@ -816,7 +843,11 @@ async fn every_copyable_block_of_the_docs_applies_and_works() {
         }
     }
     for file in &examples {
-        let file = file.strip_prefix(repo_root()).unwrap().display().to_string();
+        let file = file
+            .strip_prefix(repo_root())
+            .unwrap()
+            .display()
+            .to_string();
         if c.kinds(&file, "ClusterMirror") + c.kinds(&file, "MirrorTopic") == 0 {
             c.problem(format!("{file}: creates no ClusterMirror or MirrorTopic"));
         }
