@@ -863,3 +863,137 @@ async fn every_copyable_block_of_the_docs_applies_and_works() {
     );
     assert!(ran >= 20, "only {ran} objects and commands were checked");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Claims of the docs about the chart and the CRDs
+
+/// (API group, resource) → verbs.
+type Rules = BTreeMap<(String, String), std::collections::BTreeSet<String>>;
+
+/// The chart README's Permissions table as rules: a row's verbs apply to each of its resources;
+/// "create; get update on `X` only" lists verbs of two rules on the same resource.
+fn permissions_table(readme: &str) -> Rules {
+    let mut rules = Rules::new();
+    let section = readme
+        .split_once("## Permissions")
+        .expect("a Permissions section")
+        .1;
+    for line in section.lines().skip_while(|l| !l.starts_with("| API group")).skip(2) {
+        if !line.starts_with('|') {
+            break;
+        }
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        let group = cells[1].trim_matches('"').to_string();
+        let verbs: std::collections::BTreeSet<String> = cells[3]
+            .split(';')
+            .flat_map(|part| part.split(" on ").next().unwrap_or("").split_whitespace())
+            .map(str::to_string)
+            .collect();
+        for resource in cells[2].split(',') {
+            rules
+                .entry((group.clone(), resource.trim().to_string()))
+                .or_default()
+                .extend(verbs.iter().cloned());
+        }
+    }
+    rules
+}
+
+/// The rules of the Roles a `helm template` renders.
+fn rendered_rules(yaml: &str) -> Rules {
+    let mut rules = Rules::new();
+    for doc in yaml_documents(yaml).expect("helm template output is YAML") {
+        if doc["kind"] != "Role" && doc["kind"] != "ClusterRole" {
+            continue;
+        }
+        for rule in doc["rules"].as_array().cloned().unwrap_or_default() {
+            for group in rule["apiGroups"].as_array().cloned().unwrap_or_default() {
+                for resource in rule["resources"].as_array().cloned().unwrap_or_default() {
+                    let verbs = rule["verbs"].as_array().cloned().unwrap_or_default();
+                    rules
+                        .entry((
+                            group.as_str().unwrap_or("").to_string(),
+                            resource.as_str().unwrap_or("").to_string(),
+                        ))
+                        .or_default()
+                        .extend(verbs.iter().map(|v| v.as_str().unwrap_or("").to_string()));
+                }
+            }
+        }
+    }
+    rules
+}
+
+#[test]
+fn the_chart_readme_permissions_table_is_the_charts_rbac() {
+    let bed = Testbed::get();
+    let helm = std::env::var("KMIRROR_HELM").unwrap_or_else(|_| bed.var("KMIRROR_HELM").to_string());
+    let chart = repo_root().join("charts/kmirror");
+    // Leader election on, so that its Role is rendered too.
+    let out = Command::new(&helm)
+        .args(["template", "kmirror"])
+        .arg(&chart)
+        .args(["--namespace", RELEASE_NS, "--set", "leaderElection.enabled=true"])
+        .output()
+        .expect("run helm");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rendered = rendered_rules(&String::from_utf8_lossy(&out.stdout));
+    let readme = std::fs::read_to_string(chart.join("README.md")).unwrap();
+    let documented = permissions_table(&readme);
+    assert!(rendered.len() >= 8, "{rendered:?}");
+    assert_eq!(
+        documented, rendered,
+        "charts/kmirror/README.md, Permissions, against templates/rbac.yaml"
+    );
+}
+
+#[test]
+fn the_readme_names_the_printer_columns_kubectl_shows() {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kmirror_crds::v1alpha1::MirrorTopic;
+    use kube::CustomResourceExt;
+    let columns = |crd: CustomResourceDefinition| -> Vec<String> {
+        crd.spec.versions[0]
+            .additional_printer_columns
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|c| c.priority.unwrap_or(0) == 0)
+            .map(|c| c.name.to_uppercase())
+            .collect()
+    };
+    let readme = std::fs::read_to_string(repo_root().join("README.md")).unwrap();
+    let line = readme
+        .lines()
+        .find(|l| l.contains("get kmirror") && l.contains('#'))
+        .expect("the README's `kubectl get kmirror` line");
+    for (kind, crd) in [
+        ("ClusterMirrors:", ClusterMirror::crd()),
+        ("MirrorTopics:", MirrorTopic::crd()),
+    ] {
+        // "ClusterMirrors: A, B; MirrorTopics: C, D", or one list for "both kinds: A, B".
+        let list = line
+            .split_once(kind)
+            .or_else(|| line.split_once("both kinds:"))
+            .unwrap_or_else(|| panic!("{line:?} names the columns of no {kind}"))
+            .1;
+        let claimed: Vec<String> = list
+            .split(';')
+            .next()
+            .unwrap()
+            .split(',')
+            .map(|c| c.trim().to_string())
+            .collect();
+        let shown = columns(crd);
+        for c in &claimed {
+            assert!(
+                shown.contains(c),
+                "README says `kubectl get kmirror` shows {c} for {kind} but the columns are {shown:?}"
+            );
+        }
+    }
+}
