@@ -526,22 +526,21 @@ impl Checker {
                         .or_default()
                         .push(text.clone());
                 }
-                if let Some(file) = flag_value(argv, Some("-f"), "--filename") {
-                    if file != "-" {
-                        if file.contains("crds") {
-                            return; // the CRDs: installed by crds::install, checked by helm_chart.rs
+                if let Some(file) = flag_value(argv, Some("-f"), "--filename")
+                    && file != "-"
+                {
+                    if file.contains("crds") {
+                        return; // the CRDs: installed by crds::install, checked by helm_chart.rs
+                    }
+                    match std::fs::read_to_string(repo_root().join(file)) {
+                        Ok(t) => stdin = Some(t),
+                        Err(e) => {
+                            return self.problem(format!("{origin}: cannot read {file}: {e}"));
                         }
-                        let path = repo_root().join(file);
-                        match std::fs::read_to_string(&path) {
-                            Ok(t) => stdin = Some(t),
-                            Err(e) => {
-                                return self.problem(format!("{origin}: cannot read {file}: {e}"));
-                            }
-                        }
-                        for a in args.iter_mut() {
-                            if a == file {
-                                *a = "-".into();
-                            }
+                    }
+                    for a in args.iter_mut() {
+                        if a == file {
+                            *a = "-".into();
                         }
                     }
                 }
@@ -878,7 +877,11 @@ fn permissions_table(readme: &str) -> Rules {
         .split_once("## Permissions")
         .expect("a Permissions section")
         .1;
-    for line in section.lines().skip_while(|l| !l.starts_with("| API group")).skip(2) {
+    for line in section
+        .lines()
+        .skip_while(|l| !l.starts_with("| API group"))
+        .skip(2)
+    {
         if !line.starts_with('|') {
             break;
         }
@@ -927,13 +930,19 @@ fn rendered_rules(yaml: &str) -> Rules {
 #[test]
 fn the_chart_readme_permissions_table_is_the_charts_rbac() {
     let bed = Testbed::get();
-    let helm = std::env::var("KMIRROR_HELM").unwrap_or_else(|_| bed.var("KMIRROR_HELM").to_string());
+    let helm =
+        std::env::var("KMIRROR_HELM").unwrap_or_else(|_| bed.var("KMIRROR_HELM").to_string());
     let chart = repo_root().join("charts/kmirror");
     // Leader election on, so that its Role is rendered too.
     let out = Command::new(&helm)
         .args(["template", "kmirror"])
         .arg(&chart)
-        .args(["--namespace", RELEASE_NS, "--set", "leaderElection.enabled=true"])
+        .args([
+            "--namespace",
+            RELEASE_NS,
+            "--set",
+            "leaderElection.enabled=true",
+        ])
         .output()
         .expect("run helm");
     assert!(
