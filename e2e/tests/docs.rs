@@ -393,9 +393,9 @@ impl Checker {
         self.problems.push(p);
     }
 
-    /// Replaces the release namespace in the objects' metadata with the test namespace;
-    /// reports namespaced objects that name none (they would land in the kubeconfig's current
-    /// namespace, which the operator does not watch) when `require_namespace`.
+    /// Moves objects that name a namespace into the test namespace; reports objects that do not
+    /// land in the release namespace (none named: the kubeconfig's current one, which the operator
+    /// does not watch) when `strict` (cluster-scoped kinds other than Namespace count too).
     fn rehome(&mut self, origin: &str, docs: &mut [Value], cli_ns: Option<&str>, strict: bool) {
         for doc in docs.iter_mut() {
             let kind = doc["kind"].as_str().unwrap_or("?").to_string();
@@ -731,9 +731,9 @@ impl Checker {
     }
 }
 
-/// Markdown files whose blocks are checked; the first three are the install documents, whose
-/// objects must land in the release namespace.
+/// The install documents: their objects must land in the release namespace.
 const INSTALL_DOCS: [&str; 2] = ["README.md", "charts/kmirror/README.md"];
+/// Other markdown files whose blocks are checked (and every docs/*.md).
 const OTHER_DOCS: [&str; 5] = [
     "deploy/README.md",
     "kubectl-mirror/README.md",
