@@ -497,6 +497,7 @@ async fn examples_apply_and_read_well_in_kubectl() {
         "SOURCE-TOPIC",
         "STATE",
         "PHASE",
+        "READY",
         "MIRRORING",
         "MAX-LAG",
     ] {

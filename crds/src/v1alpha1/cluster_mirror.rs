@@ -445,7 +445,8 @@ pub struct ClusterMirrorStatus {
     /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// `Ready`, `SourceReachable`, `DestinationReachable`, `Synced`.
+    /// `Ready`, `Reconciling` and `Stalled` (kstatus conventions), `SourceReachable`,
+    /// `DestinationReachable`, `Synced`, and `InsecureConnection` when `allowInsecure` accepts one.
     #[serde(default)]
     #[schemars(schema_with = "conditions_schema")]
     pub conditions: Vec<Condition>,

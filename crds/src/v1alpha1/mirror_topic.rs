@@ -30,6 +30,11 @@ use super::partition::PartitionStatus;
     printcolumn(name = "State", type_ = "string", json_path = ".spec.state"),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
     printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(
         name = "Mirroring",
         type_ = "string",
         json_path = ".status.partitionsSummary",
@@ -179,7 +184,8 @@ pub struct MirrorTopicStatus {
     /// `Failed` when any failed), or `Pending` before the first reconcile.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<String>,
-    /// `Ready` and `Failed` conditions.
+    /// `Ready`, `Reconciling` and `Stalled` (kstatus conventions), and `Failed` (lists every FAILED
+    /// partition).
     #[serde(default)]
     #[schemars(schema_with = "conditions_schema")]
     pub conditions: Vec<Condition>,
