@@ -1,6 +1,6 @@
 //! The network verbs of the test bed do what they say to real brokers through toxiproxy: a cut
 //! broker's proxied connections hang (not refused) and a proxied producer stalls while direct
-//! clients do not, until healed; resets reach open connections as RSTs and are counted; latency
+//! clients do not, until healed; resets tear open connections down mid-request and are counted; latency
 //! shows in every round trip; a bandwidth limit slows a proxied consumer.
 //!
 //! The tests share the replicated pair's proxies, so they run one at a time (nextest group
@@ -83,7 +83,9 @@ async fn net_cut_hangs_proxied_connections_and_stalls_a_producer_until_healed() 
     let said = faults::net_cut(ON, leader, None).unwrap();
     assert!(said.contains("blackholed"), "{said}");
     // An open connection hangs: no answer, no close.
-    before.set_read_timeout(Some(Duration::from_millis(1500))).unwrap();
+    before
+        .set_read_timeout(Some(Duration::from_millis(1500)))
+        .unwrap();
     let e = api_versions(&mut before).expect_err("no answer through a cut proxy");
     assert!(
         matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut),
@@ -91,13 +93,26 @@ async fn net_cut_hangs_proxied_connections_and_stalls_a_producer_until_healed() 
     );
     // A new one is accepted (not refused) and hangs too.
     let mut during = connect(&addr);
-    during.set_read_timeout(Some(Duration::from_millis(1500))).unwrap();
+    during
+        .set_read_timeout(Some(Duration::from_millis(1500)))
+        .unwrap();
     let e = api_versions(&mut during).expect_err("no answer on a new connection");
-    assert!(matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut), "{e:?}");
+    assert!(
+        matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut),
+        "{e:?}"
+    );
     // A producer through the proxy cannot deliver to the cut leader; a direct one can.
     let timeout = [("message.timeout.ms", "5000")];
-    let stalled = produce_all(&bed.r_source_proxied_config(), &topic, &records(3, 10), &timeout);
-    assert!(stalled.is_err(), "a proxied producer delivered to a cut leader");
+    let stalled = produce_all(
+        &bed.r_source_proxied_config(),
+        &topic,
+        &records(3, 10),
+        &timeout,
+    );
+    assert!(
+        stalled.is_err(),
+        "a proxied producer delivered to a cut leader"
+    );
     produce_all(&bed.r_source_config(), &topic, &records(3, 10), &[])
         .expect("the direct listener is not affected");
 
@@ -114,7 +129,7 @@ async fn net_cut_hangs_proxied_connections_and_stalls_a_producer_until_healed() 
 }
 
 #[test]
-fn net_reset_sends_rsts_to_open_connections_and_counts_them() {
+fn net_reset_tears_down_open_connections_mid_request_and_counts_them() {
     let _x = faults::exclusive();
     let bed = faults::replicated();
     let addr = proxied(bed, 2);
@@ -134,9 +149,13 @@ fn net_reset_sends_rsts_to_open_connections_and_counts_them() {
                     match api_versions(&mut c) {
                         Ok(_) => std::thread::sleep(Duration::from_millis(50)),
                         Err(e) => {
+                            // Torn down mid-request: an RST, or a close before the answer.
                             if matches!(
                                 e.kind(),
-                                ErrorKind::ConnectionReset | ErrorKind::BrokenPipe
+                                ErrorKind::ConnectionReset
+                                    | ErrorKind::BrokenPipe
+                                    | ErrorKind::UnexpectedEof
+                                    | ErrorKind::ConnectionAborted
                             ) {
                                 resets.fetch_add(1, Ordering::Relaxed);
                             }
@@ -174,12 +193,16 @@ fn net_latency_delays_every_round_trip_until_removed() {
     let mut c = connect(&addr);
     let base = api_versions(&mut c).unwrap();
 
-    let said = faults::net_latency(ON, 3, Duration::from_millis(400), Duration::ZERO, None).unwrap();
+    let said =
+        faults::net_latency(ON, 3, Duration::from_millis(400), Duration::ZERO, None).unwrap();
     assert!(said.contains("400 ms"), "{said}");
     // The toxic joins the open connection too.
     for _ in 0..3 {
         let rtt = api_versions(&mut c).unwrap();
-        assert!(rtt >= Duration::from_millis(390), "round trip {rtt:?} under 400 ms latency");
+        assert!(
+            rtt >= Duration::from_millis(390),
+            "round trip {rtt:?} under 400 ms latency"
+        );
     }
     faults::net_heal(Some((ON, 3))).unwrap();
     let rtt = api_versions(&mut connect(&addr)).unwrap();
@@ -210,9 +233,19 @@ async fn net_bandwidth_slows_a_proxied_consumer() {
     faults::net_heal(Some((ON, leader))).unwrap();
     assert_eq!(read.len(), 40);
     // 400 KB at 50 KB/s: 8 s; well above what the direct path takes.
-    assert!(slow >= Duration::from_secs(4), "read 400 KB at 50 KB/s in {slow:?}");
+    assert!(
+        slow >= Duration::from_secs(4),
+        "read 400 KB at 50 KB/s in {slow:?}"
+    );
     let t1 = Instant::now();
-    faults::read_values(&bed.r_source_proxied_config(), &topic, 0, 0, "read_uncommitted").unwrap();
+    faults::read_values(
+        &bed.r_source_proxied_config(),
+        &topic,
+        0,
+        0,
+        "read_uncommitted",
+    )
+    .unwrap();
     assert!(
         t1.elapsed() < slow / 2,
         "after the heal: {:?}, limited: {slow:?}",
@@ -223,7 +256,11 @@ async fn net_bandwidth_slows_a_proxied_consumer() {
 /// A pod that tries to reach the source's broker 1 (direct listener) twice a second and logs
 /// each attempt's outcome with a counter.
 fn reaching_pod(bed: &Testbed) -> k8s_openapi::api::core::v1::Pod {
-    let broker = bed.r_source_config().get("bootstrap.servers").unwrap().to_string();
+    let broker = bed
+        .r_source_config()
+        .get("bootstrap.servers")
+        .unwrap()
+        .to_string();
     let (host, port) = broker.split(',').next().unwrap().split_once(':').unwrap();
     let script = format!(
         "trap 'exit 0' TERM; i=0; while true; do i=$((i+1)); \
@@ -260,10 +297,14 @@ async fn pod_net_cut_isolates_a_running_pod_until_restored() {
     in_namespace("fault-podnet", |client, ns| async move {
         faults::isolate_namespace(&client, &ns).await?;
         let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-        pods.create(&PostParams::default(), &reaching_pod(bed)).await?;
+        pods.create(&PostParams::default(), &reaching_pod(bed))
+            .await?;
         let pod = wait_for(&pods, "reacher", Duration::from_secs(30), "Ready", is_ready).await?;
         let ip = pod.status.and_then(|s| s.pod_ip).unwrap_or_default();
-        assert!(ip.starts_with("10."), "an isolated pod's IP is its namespace's: {ip}");
+        assert!(
+            ip.starts_with("10."),
+            "an isolated pod's IP is its namespace's: {ip}"
+        );
         let log = || pod_log(bed, &ns, "reacher", "main");
         let wait_reach = |want: bool, after: u64| {
             let deadline = Instant::now() + Duration::from_secs(20);

@@ -62,7 +62,9 @@ impl PodNet {
         let pod = format!("{}/30", self.pod_addr);
         let gw = self.host_addr.to_string();
         ip(&["netns", "add", ns])?;
-        ip(&["link", "add", h, "type", "veth", "peer", "name", "eth0", "netns", ns])?;
+        ip(&[
+            "link", "add", h, "type", "veth", "peer", "name", "eth0", "netns", ns,
+        ])?;
         ip(&["addr", "add", &host, "dev", h])?;
         write_sys(&sys_path(h).join("route_localnet"))?;
         ip(&["link", "set", h, "up"])?;
@@ -79,8 +81,20 @@ impl PodNet {
              echo 0 > /proc/sys/net/ipv4/conf/eth0/rp_filter && \
              echo 0 > /proc/sys/net/ipv4/conf/all/rp_filter",
         ])?;
-        ip(&["-n", ns, "route", "add", "127.0.0.0/8", "via", &gw, "dev", "eth0"])?;
-        ip(&["-n", ns, "route", "add", "default", "via", &gw, "dev", "eth0"])?;
+        ip(&[
+            "-n",
+            ns,
+            "route",
+            "add",
+            "127.0.0.0/8",
+            "via",
+            &gw,
+            "dev",
+            "eth0",
+        ])?;
+        ip(&[
+            "-n", ns, "route", "add", "default", "via", &gw, "dev", "eth0",
+        ])?;
         Ok(())
     }
 

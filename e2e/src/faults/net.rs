@@ -71,10 +71,7 @@ pub fn net_reset(
 
 /// The total of a `net-reset` output's last line (`…: N connection(s) reset in R round(s) …`).
 fn parse_reset_total(output: &str) -> Option<u64> {
-    let line = output
-        .lines()
-        .rev()
-        .find(|l| l.contains(" round(s) "))?;
+    let line = output.lines().rev().find(|l| l.contains(" round(s) "))?;
     let (before, _) = line.split_once(" connection(s) reset in ")?;
     before.rsplit(' ').next()?.parse().ok()
 }

@@ -344,7 +344,9 @@ impl PodWorker {
         }
         if let Some(net) = self.pod_net() {
             match net.setup() {
-                Ok(()) => tracing::info!(pod = %self.label(), netns = %net.netns, ip = %net.pod_addr, "isolated pod network"),
+                Ok(()) => {
+                    tracing::info!(pod = %self.label(), netns = %net.netns, ip = %net.pod_addr, "isolated pod network")
+                }
                 Err(e) => {
                     let message = format!("cannot set up the pod's isolated network: {e}");
                     tracing::error!(pod = %self.label(), "{message}");
