@@ -156,8 +156,10 @@ net_cut() {
 }
 
 # net-reset: NET_TIMES rounds, NET_EVERY ms apart: a reset_peer toxic (timeout 0) on the client
-# side resets each connection with an RST as soon as its client sends, for the round's window
-# (half the interval, at least 300 ms), then it is removed. The connections open before a round
+# side for the round's window (half the interval, at least 300 ms), then removed. A connection
+# opened meanwhile is reset with an RST (SO_LINGER 0) at its first bytes; one already open is
+# closed by the proxy as soon as its client sends (toxiproxy sets SO_LINGER only on new
+# connections): either way the request in flight is lost. The connections open before a round
 # and gone after it are counted as reset; the total is also added to $NET_STATE/resets-PROXY.
 net_reset() {
   _net_target "$@"

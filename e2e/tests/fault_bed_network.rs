@@ -1,6 +1,6 @@
 //! The network verbs of the test bed do what they say to real brokers through toxiproxy: a cut
 //! broker's proxied connections hang (not refused) and a proxied producer stalls while direct
-//! clients do not, until healed; resets reach open connections as RSTs and are counted; latency
+//! clients do not, until healed; resets tear open connections down mid-request and are counted; latency
 //! shows in every round trip; a bandwidth limit slows a proxied consumer.
 //!
 //! The tests share the replicated pair's proxies, so they run one at a time (nextest group
@@ -129,7 +129,7 @@ async fn net_cut_hangs_proxied_connections_and_stalls_a_producer_until_healed() 
 }
 
 #[test]
-fn net_reset_sends_rsts_to_open_connections_and_counts_them() {
+fn net_reset_tears_down_open_connections_mid_request_and_counts_them() {
     let _x = faults::exclusive();
     let bed = faults::replicated();
     let addr = proxied(bed, 2);
@@ -149,9 +149,13 @@ fn net_reset_sends_rsts_to_open_connections_and_counts_them() {
                     match api_versions(&mut c) {
                         Ok(_) => std::thread::sleep(Duration::from_millis(50)),
                         Err(e) => {
+                            // Torn down mid-request: an RST, or a close before the answer.
                             if matches!(
                                 e.kind(),
-                                ErrorKind::ConnectionReset | ErrorKind::BrokenPipe
+                                ErrorKind::ConnectionReset
+                                    | ErrorKind::BrokenPipe
+                                    | ErrorKind::UnexpectedEof
+                                    | ErrorKind::ConnectionAborted
                             ) {
                                 resets.fetch_add(1, Ordering::Relaxed);
                             }

@@ -123,6 +123,7 @@ pub async fn inject(ctx: &mut Ctx<'_>, fault: &PlannedFault) -> Injected {
             .map(|s| first_line(&s))
         }
         FaultKind::Zombie => zombie(ctx, &mut rng).await,
+        FaultKind::PodNetCut => fetcher_net_cut(ctx, &mut rng).await,
         FaultKind::KillOperatorLeader => {
             let ns = ctx.s.ns.clone();
             blocking(move || faults::kill_operator_leader(&ns, None, None))
@@ -252,8 +253,8 @@ async fn net_fault(
     ))
 }
 
-/// Makes a fetcher pod a zombie, lets it live, kills it.
-async fn zombie(ctx: &mut Ctx<'_>, rng: &mut Rng) -> anyhow::Result<String> {
+/// The fetcher pods that are ready, by name.
+async fn ready_fetchers(ctx: &Ctx<'_>) -> anyhow::Result<Vec<String>> {
     let pods = Api::<Pod>::namespaced(ctx.s.client.clone(), &ctx.s.ns)
         .list(&ListParams::default().labels("app.kubernetes.io/name=kmirror-fetcher"))
         .await?
@@ -264,6 +265,32 @@ async fn zombie(ctx: &mut Ctx<'_>, rng: &mut Rng) -> anyhow::Result<String> {
         .filter_map(|p| p.metadata.name)
         .collect();
     names.sort();
+    Ok(names)
+}
+
+/// Cuts a fetcher pod off the network (its process keeps running) for longer than its lease
+/// (30 s), then joins it again: the zombie that cannot reach anything, and comes back.
+async fn fetcher_net_cut(ctx: &mut Ctx<'_>, rng: &mut Rng) -> anyhow::Result<String> {
+    let names = ready_fetchers(ctx).await?;
+    anyhow::ensure!(!names.is_empty(), "no running fetcher pod to cut off");
+    let pod = pick(rng, &names).clone();
+    let (ns, p) = (ctx.s.ns.clone(), pod.clone());
+    let said = blocking(move || faults::pod_net_cut(&ns, &p)).await?;
+    let dwell = seconds(rng, 35, 50);
+    ctx.monitor.watch_for(ctx.s, dwell).await;
+    let (ns, p) = (ctx.s.ns.clone(), pod.clone());
+    let back = blocking(move || faults::pod_net_restore(&ns, &p)).await?;
+    Ok(format!(
+        "{} … {}s later: {}",
+        first_line(&said),
+        dwell.as_secs(),
+        first_line(&back)
+    ))
+}
+
+/// Makes a fetcher pod a zombie, lets it live, kills it.
+async fn zombie(ctx: &mut Ctx<'_>, rng: &mut Rng) -> anyhow::Result<String> {
+    let names = ready_fetchers(ctx).await?;
     anyhow::ensure!(!names.is_empty(), "no running fetcher pod to make a zombie");
     let pod = pick(rng, &names).clone();
     let (ns, p) = (ctx.s.ns.clone(), pod.clone());

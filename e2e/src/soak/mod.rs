@@ -106,6 +106,9 @@ pub async fn run(opts: &Options) -> anyhow::Result<(String, bool)> {
     let client = bed.kube_client().await?;
     crate::crds::install(&client).await?;
     let ns = crate::kube::pod_namespace(&client, "soak").await?;
+    // Every pod in a network namespace of its own, so one fetcher can be cut off
+    // (`fetcher-net-cut`).
+    faults::isolate_namespace(&client, &ns).await?;
     let s = Scenario {
         client: client.clone(),
         ns: ns.clone(),

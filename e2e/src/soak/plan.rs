@@ -41,11 +41,14 @@ pub enum FaultKind {
     NetCut,
     /// Add latency to one broker's responses to the mirror for some seconds.
     NetLatency,
+    /// Cut one fetcher pod off the network past its lease while its process runs, then join it
+    /// again.
+    PodNetCut,
 }
 
 impl FaultKind {
     /// Every kind, in report order.
-    pub const ALL: [FaultKind; 14] = [
+    pub const ALL: [FaultKind; 15] = [
         FaultKind::BrokerKill,
         FaultKind::BrokerSigstop,
         FaultKind::BrokerRestart,
@@ -60,6 +63,7 @@ impl FaultKind {
         FaultKind::NetReset,
         FaultKind::NetCut,
         FaultKind::NetLatency,
+        FaultKind::PodNetCut,
     ];
 
     /// The name in plans and reports.
@@ -79,6 +83,7 @@ impl FaultKind {
             FaultKind::NetReset => "net-reset",
             FaultKind::NetCut => "net-cut",
             FaultKind::NetLatency => "net-latency",
+            FaultKind::PodNetCut => "fetcher-net-cut",
         }
     }
 
@@ -99,6 +104,7 @@ impl FaultKind {
             FaultKind::NetReset => 25,
             FaultKind::NetCut => 35,
             FaultKind::NetLatency => 30,
+            FaultKind::PodNetCut => 75,
         })
     }
 }
@@ -118,7 +124,7 @@ pub struct PlannedFault {
 const MAX_UNCLEAN: usize = 2;
 
 /// Minutes a plan needs to hold every kind of fault once.
-pub const EVERY_KIND_MINUTES: f64 = 14.0;
+pub const EVERY_KIND_MINUTES: f64 = 16.0;
 
 /// Shorter plans hold the failover cycle from this many minutes on.
 pub const CYCLE_MINUTES: f64 = 6.0;
@@ -261,8 +267,8 @@ mod tests {
     }
 
     #[test]
-    fn every_kind_at_least_once_and_one_cycle_from_fourteen_minutes() {
-        for (seed, minutes) in [(1, 14.0), (7, 15.5), (42, 20.0), (3, 60.0)] {
+    fn every_kind_at_least_once_and_one_cycle_from_sixteen_minutes() {
+        for (seed, minutes) in [(1, 16.0), (7, 17.5), (42, 20.0), (3, 60.0)] {
             let p = plan(seed, minutes);
             for kind in FaultKind::ALL {
                 assert!(count(&p, kind) >= 1, "{kind:?} missing for seed {seed}");
@@ -276,8 +282,14 @@ mod tests {
     #[test]
     fn longer_soaks_inject_more_and_put_the_cycle_in_the_middle() {
         let short = plan(5, EVERY_KIND_MINUTES);
+        let longer = plan(5, EVERY_KIND_MINUTES + 8.0);
+        assert!(
+            longer.len() > short.len() + 5,
+            "{} faults, {} in {EVERY_KIND_MINUTES} min",
+            longer.len(),
+            short.len()
+        );
         let long = plan(5, 20.0);
-        assert!(long.len() > short.len() + 5, "{} faults", long.len());
         let cycle = long
             .iter()
             .position(|p| p.kind == FaultKind::FailoverFailback)
