@@ -414,4 +414,53 @@ mod tests {
         );
         assert_eq!(all[1].reason, "x", "one note per name, the first kept");
     }
+
+    #[test]
+    fn notes_reach_the_status_and_one_event() {
+        let notes = Notes::default();
+        assert_eq!(
+            notes.for_status("ns/dr", "t", &[]),
+            None,
+            "nothing learnt: status kept"
+        );
+        let format = vec![note("message.format.version", "removed".into())];
+        notes.record("ns/dr", "t", format.clone());
+        assert_eq!(
+            notes.for_status("ns/dr", "t", &[]),
+            Some((format.clone(), true)),
+            "announced"
+        );
+        assert_eq!(
+            notes.for_status("ns/dr", "t", &[]),
+            Some((format.clone(), false)),
+            "the status write was postponed: not announced again"
+        );
+        assert_eq!(
+            notes.for_status("ns/dr", "t", &format),
+            Some((format.clone(), false))
+        );
+        // After a restart the status shows them already: no Event.
+        let restarted = Notes::default();
+        restarted.record("ns/dr", "t", format.clone());
+        assert_eq!(
+            restarted.for_status("ns/dr", "t", &format),
+            Some((format.clone(), false))
+        );
+        // A value refused once is not sent again while it stays the same.
+        let refusal = refused("retention.ms", "Invalid value", &BTreeMap::new());
+        notes.refuse("ns/dr", "t", "retention.ms", "-5", refusal.clone());
+        let mut configs = map(&[("retention.ms", "-5"), ("cleanup.policy", "compact")]);
+        assert_eq!(
+            notes.drop_refused("ns/dr", "t", &mut configs),
+            vec![refusal]
+        );
+        assert_eq!(configs, map(&[("cleanup.policy", "compact")]));
+        let mut changed = map(&[("retention.ms", "1000")]);
+        assert!(
+            notes.drop_refused("ns/dr", "t", &mut changed).is_empty(),
+            "a new value is tried"
+        );
+        notes.forget("ns/dr", "t");
+        assert_eq!(notes.for_status("ns/dr", "t", &format), None);
+    }
 }
