@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 use kmirror_crds::v1alpha1::{MirrorTopic, PartitionState};
 use kmirror_e2e::Testbed;
 use kmirror_e2e::fetcher::{ensure_state_topic, verify};
-use kmirror_e2e::kafka::{DestUser, TestRecord, create_topic, produce_all, topic_configs, unique_name};
+use kmirror_e2e::kafka::{
+    DestUser, TestRecord, create_topic, produce_all, topic_configs, unique_name,
+};
 use kmirror_e2e::operator::{OperatorProcess, Scenario, all_partitions};
 use kmirror_fetcher::Isolation;
 use rdkafka::ClientConfig;
@@ -72,7 +74,10 @@ async fn old_message_formats_mirror_without_the_removed_config() {
             &source,
             &topic,
             PARTITIONS,
-            &[("message.format.version", format), ("retention.ms", "604800000")],
+            &[
+                ("message.format.version", format),
+                ("retention.ms", "604800000"),
+            ],
         )
         .await
         .unwrap();
@@ -83,7 +88,10 @@ async fn old_message_formats_mirror_without_the_removed_config() {
                 ("api.version.request", "false"),
                 ("broker.version.fallback", fallback),
             ];
-            let current = [("compression.type", *codec), ("enable.idempotence", "false")];
+            let current = [
+                ("compression.type", *codec),
+                ("enable.idempotence", "false"),
+            ];
             // Half the codecs from an old-format producer, half from a current one (the
             // broker converts them to the topic's format).
             let extra: &[(&str, &str)] = if c % 2 == 0 { &old } else { &current };
@@ -137,7 +145,10 @@ async fn old_message_formats_mirror_without_the_removed_config() {
         let dest = topic_configs(&bed.dest_config(DestUser::Admin), topic)
             .await
             .unwrap();
-        assert_eq!(dest.get("retention.ms").map(String::as_str), Some("604800000"));
+        assert_eq!(
+            dest.get("retention.ms").map(String::as_str),
+            Some("604800000")
+        );
         assert!(!dest.contains_key("message.format.version"), "{dest:?}");
         for p in 0..PARTITIONS {
             let report = verify(
