@@ -1,5 +1,7 @@
-//! `spec.sync.topicConfigs.exclude` adds to the default excludes; with `replaceDefaultExcludes`
-//! it replaces them: two ClusterMirrors of one source topic each, through the operator.
+//! Which configs reach the destination topics, through the operator: `spec.sync.topicConfigs.exclude`
+//! adds to the default excludes and with `replaceDefaultExcludes` replaces them; a value the
+//! destination refuses is left out and named in the MirrorTopic's status with the broker's
+//! message, once, while the topic mirrors.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -86,6 +88,97 @@ async fn exclude_adds_to_the_defaults_and_replace_default_excludes_replaces_them
     assert!(
         !replaced_configs.contains_key("segment.ms"),
         "excluded: {replaced_configs:?}"
+    );
+    s.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_value_the_destination_refuses_is_named_with_the_broker_message() {
+    let bed = Testbed::get();
+    ensure_state_topic(bed);
+    let s = Scenario::new(bed, "refused").await;
+    let topic = unique_name("refused");
+    create_topic(
+        &bed.source_config(),
+        &topic,
+        1,
+        &[("retention.ms", "3600000")],
+    )
+    .await
+    .unwrap();
+    let _op = OperatorProcess::spawn(bed, &s.ns, &[]);
+    let mut spec = Scenario::mirror_spec(bed);
+    spec["topics"] = json!({"include": [{"name": topic}]});
+    spec["sync"]["topicConfigs"] = json!({"overrides": {"segment.bytes": "1"}});
+    s.apply_mirror("dr", spec).await;
+    eventually(
+        "the topic mirroring with the refused config named",
+        Duration::from_secs(90),
+        async || {
+            s.topics().await.iter().any(|t| {
+                all_partitions(t, PartitionState::Mirroring, 1)
+                    && t.status
+                        .as_ref()
+                        .is_some_and(|st| !st.configs_not_copied.is_empty())
+            })
+        },
+    )
+    .await;
+    let t = s.topics().await.pop().unwrap();
+    let notes = t.status.unwrap().configs_not_copied;
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert_eq!(notes[0].name, "segment.bytes");
+    // Kafka's own words: "Invalid value 1 for configuration segment.bytes: ...".
+    assert!(
+        notes[0]
+            .reason
+            .contains("Invalid value 1 for configuration segment.bytes")
+            && notes[0].reason.contains("spec.sync.topicConfigs.overrides"),
+        "{}",
+        notes[0].reason
+    );
+    let configs = destination_configs(bed, &topic).await;
+    assert_eq!(
+        configs.get("retention.ms").map(String::as_str),
+        Some("3600000"),
+        "the rest is copied: {configs:?}"
+    );
+    // Later syncs do not send it again: they succeed, and no reconcile fails.
+    let name = t.metadata.name.unwrap();
+    let first = s.mirror("dr").await;
+    let first_success = first
+        .status
+        .and_then(|st| st.sync.topic_configs)
+        .and_then(|p| p.last_success_time);
+    eventually(
+        "two more config syncs",
+        Duration::from_secs(30),
+        async || {
+            let part = s
+                .mirror("dr")
+                .await
+                .status
+                .and_then(|st| st.sync.topic_configs);
+            part.as_ref().is_some_and(|p| {
+                p.last_error.is_none()
+                    && p.last_success_time.is_some()
+                    && p.last_success_time != first_success
+            })
+        },
+    )
+    .await;
+    let events = s.events(&name).await;
+    assert!(
+        !events.iter().any(|(reason, _)| reason == "ReconcileFailed"),
+        "{events:?}"
+    );
+    assert_eq!(
+        events
+            .iter()
+            .filter(|(reason, _)| reason == "ConfigsNotCopied")
+            .count(),
+        1,
+        "{events:?}"
     );
     s.cleanup().await;
 }
