@@ -4,6 +4,8 @@
 //! incremental alter configs. A config the destination refuses (named in its answer) is left
 //! out, remembered and noted for the topic's status; the rest is applied.
 
+use std::collections::BTreeMap;
+
 use kmirror_state::kafka_admin::{AdminError, ConfigOp, alter_topic_configs};
 
 use super::{Mirrored, PartResult};
@@ -25,6 +27,7 @@ pub async fn sync(scope: &MirrorScope, topics: &[Mirrored]) -> PartResult {
     let (source, destination) = (&scope.source, &scope.destination);
     let exclude = scope.mirror.spec.sync.topic_configs.effective_exclude();
     let mut changed = Vec::new();
+    let mut not_copied: BTreeMap<String, usize> = BTreeMap::new();
     for t in topics.iter().filter(|t| !t.stopped) {
         let src = &t.topic.spec.source_topic;
         let dst = t.topic.destination_topic();
@@ -59,14 +62,47 @@ pub async fn sync(scope: &MirrorScope, topics: &[Mirrored]) -> PartResult {
         tracing::info!(topic = dst, configs = ?names, "synced topic configs");
         changed.push(format!("{dst} ({})", names.join(", ")));
     }
-    Ok(if changed.is_empty() {
+    let summary = if changed.is_empty() {
         format!(
             "{} topics in sync",
             topics.iter().filter(|t| !t.stopped).count()
         )
     } else {
         format!("updated {}", changed.join("; "))
-    })
+    };
+    Ok(summary + &not_copied_summary(&not_copied))
+}
+
+/// `; not copied: message.format.version (2 topics)`, or nothing.
+fn not_copied_summary(counts: &BTreeMap<String, usize>) -> String {
+    if counts.is_empty() {
+        return String::new();
+    }
+    let each: Vec<String> = counts
+        .iter()
+        .map(|(name, n)| match n {
+            1 => format!("{name} (1 topic)"),
+            n => format!("{name} ({n} topics)"),
+        })
+        .collect();
+    format!(
+        "; not copied (see the MirrorTopics' status.configsNotCopied): {}",
+        each.join(", ")
+    )
+}
+
+#[cfg(test)]
+#[test]
+fn the_summary_counts_the_configs_not_copied() {
+    let mut counts = BTreeMap::new();
+    assert_eq!(not_copied_summary(&counts), "");
+    counts.insert("message.format.version".to_string(), 2);
+    counts.insert("segment.bytes".to_string(), 1);
+    assert_eq!(
+        not_copied_summary(&counts),
+        "; not copied (see the MirrorTopics' status.configsNotCopied): message.format.version \
+         (2 topics), segment.bytes (1 topic)"
+    );
 }
 
 /// Applies `ops` to `topic`; `Ok(Err(refusal))`: the broker refused a config.
