@@ -207,5 +207,20 @@ async fn old_message_formats_mirror_without_the_removed_config() {
             "{events:?}"
         );
     }
+    // The mirror's config sync says it too, counted over its topics.
+    kmirror_e2e::operator::eventually(
+        "the ClusterMirror's topicConfigs summary counting the key",
+        Duration::from_secs(30),
+        async || {
+            let part = s
+                .mirror("dr")
+                .await
+                .status
+                .and_then(|st| st.sync.topic_configs);
+            part.and_then(|p| p.summary)
+                .is_some_and(|m| m.contains("message.format.version (2 topics)"))
+        },
+    )
+    .await;
     s.cleanup().await;
 }

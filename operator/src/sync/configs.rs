@@ -54,6 +54,9 @@ pub async fn sync(scope: &MirrorScope, topics: &[Mirrored]) -> PartResult {
                 }
             }
         }
+        for n in &want.not_copied {
+            *not_copied.entry(n.name.clone()).or_default() += 1;
+        }
         scope.config_notes.record(&scope.key, src, want.not_copied);
         if ops.is_empty() {
             continue;
