@@ -188,7 +188,7 @@ mod tests {
         assert!(
             s.sync
                 .topic_configs
-                .exclude
+                .effective_exclude()
                 .contains(&"min.insync.replicas".to_string())
         );
     }

@@ -39,6 +39,18 @@ pub async fn fetch_all(
     from: i64,
     isolation: Isolation,
 ) -> (Vec<RawEntry>, Vec<FetchedPartition>) {
+    fetch_partition(client, topic, 0, from, isolation).await
+}
+
+/// Every complete batch of `partition` from `from` up to the high watermark (the last stable
+/// offset for `ReadCommitted`).
+pub async fn fetch_partition(
+    client: &Client,
+    topic: &str,
+    partition: i32,
+    from: i64,
+    isolation: Isolation,
+) -> (Vec<RawEntry>, Vec<FetchedPartition>) {
     let options = FetchOptions {
         isolation,
         max_wait: Duration::from_millis(100),
@@ -49,11 +61,15 @@ pub async fn fetch_all(
     let mut offset = from;
     for _ in 0..1000 {
         let mut fetched = client
-            .fetch(topic, &[FetchPartition::new(0, offset)], &options)
+            .fetch(topic, &[FetchPartition::new(partition, offset)], &options)
             .await
             .expect("fetch");
         let p = fetched.pop().expect("one partition");
-        assert_eq!(p.error, KafkaCode::NONE, "fetch {topic} at {offset}");
+        assert_eq!(
+            p.error,
+            KafkaCode::NONE,
+            "fetch {topic}[{partition}] at {offset}"
+        );
         let end = match isolation {
             Isolation::ReadCommitted => p.last_stable_offset,
             Isolation::ReadUncommitted => p.high_watermark,

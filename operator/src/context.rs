@@ -113,6 +113,8 @@ pub struct Context {
     pub error_backoff: crate::error_backoff::ErrorBackoff,
     /// What the topics of pooled mirrors ask of their fetcher pools.
     pub pool: crate::pool::demand::Demands,
+    /// Topic configs the destinations do not get, per mirror and topic, for the status.
+    pub config_notes: std::sync::Arc<crate::config_fit::Notes>,
     /// The `MirrorTopic` controller's cache, once the controllers run.
     topic_store: OnceLock<Store<MirrorTopic>>,
     /// The `ClusterMirror`s as the `MirrorTopic` controller's watch saw them.
@@ -150,6 +152,7 @@ impl Context {
             source_sightings: Default::default(),
             error_backoff: Default::default(),
             pool: Default::default(),
+            config_notes: Default::default(),
             topic_store: OnceLock::new(),
             mirror_store: OnceLock::new(),
         }

@@ -5,10 +5,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kmirror_state::kafka_admin::{TopicDescription, describe_topics};
-use rdkafka::admin::{
-    AdminOptions, ConfigSource, NewPartitions, NewTopic, ResourceSpecifier, TopicReplication,
-};
+use kmirror_state::kafka_admin::{self, AdminError, TopicDescription, describe_topics};
+use rdkafka::admin::{AdminOptions, ConfigSource, NewPartitions, ResourceSpecifier};
 use rdkafka::error::RDKafkaErrorCode;
 
 use crate::clusters::Cluster;
@@ -138,35 +136,37 @@ pub async fn create_topic(
 ) -> Result<Creation> {
     create_topic_answer(cluster, topic, partitions, configs)
         .await?
-        .map_err(|code| cluster.error(format!("creating topic {topic}: {code:?}")))
+        .map_err(|e| cluster.error(format!("creating topic {topic}: {e}")))
 }
 
-/// Creates a topic; `Ok(Err(code))`: the broker refused it (already existing is not a refusal:
-/// [`Creation::Existed`]).
+/// Creates a topic; `Ok(Err(refusal))`: the broker refused it, with its error message (already
+/// existing is not a refusal: [`Creation::Existed`]).
 pub async fn create_topic_answer(
     cluster: &Arc<Cluster>,
     topic: &str,
     partitions: i32,
     configs: &BTreeMap<String, String>,
-) -> Result<std::result::Result<Creation, RDKafkaErrorCode>> {
-    let mut new = NewTopic::new(topic, partitions, TopicReplication::Fixed(-1));
-    for (k, v) in configs {
-        new = new.set(k, v);
-    }
-    let results = cluster
-        .admin
-        .create_topics([&new], &options())
-        .await
-        .map_err(|e| cluster.error(format!("creating topic {topic}: {e}")))?;
-    let mut creation = Creation::Created;
-    for r in results {
-        match r {
-            Ok(_) => {}
-            Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => creation = Creation::Existed,
-            Err((_, code)) => return Ok(Err(code)),
-        }
-    }
-    Ok(Ok(creation))
+) -> Result<std::result::Result<Creation, AdminError>> {
+    let (c, t) = (cluster.clone(), topic.to_string());
+    let configs: Vec<(String, String)> = configs
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let answer = tokio::task::spawn_blocking(move || {
+        let pairs: Vec<(&str, &str)> = configs
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        kafka_admin::create_topic(c.admin.inner(), &t, partitions, &pairs, TIMEOUT)
+    })
+    .await
+    .map_err(|e| cluster.error(e))?;
+    Ok(match answer {
+        Ok(()) => Ok(Creation::Created),
+        Err(e) if e.code() == Some(RDKafkaErrorCode::TopicAlreadyExists) => Ok(Creation::Existed),
+        Err(e @ AdminError::Kafka { .. }) => Err(e),
+        Err(e) => return Err(cluster.error(format!("creating topic {topic}: {e}"))),
+    })
 }
 
 /// Grows a topic to `partitions`.

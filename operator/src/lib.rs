@@ -10,6 +10,7 @@
 
 pub mod cluster_mirror;
 pub mod clusters;
+pub mod config_fit;
 pub mod connection;
 pub mod context;
 pub mod controllers;

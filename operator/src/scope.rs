@@ -29,6 +29,8 @@ pub struct MirrorScope {
     pub cache: Arc<StateCache>,
     /// Hash of the referenced Secrets' versions (a change replaces fetcher pods).
     pub secrets_version: String,
+    /// What each topic's destination does not get of its configs (shared by every reconcile).
+    pub config_notes: Arc<crate::config_fit::Notes>,
 }
 
 /// How long a pinned cluster ID check waits for the cluster.
@@ -93,6 +95,7 @@ impl MirrorScope {
             destination,
             cache,
             secrets_version,
+            config_notes: ctx.config_notes.clone(),
         })
     }
 

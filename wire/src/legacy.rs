@@ -118,9 +118,12 @@ pub fn decode_legacy(message: &LegacyMessage) -> Result<Vec<Record>, BatchError>
     let wrapper_offset = outer.offset;
     let log_append = outer.magic == 1 && outer.attributes & TIMESTAMP_TYPE_BIT != 0;
     let wrapper_timestamp = outer.timestamp;
-    let compressed = outer
+    let mut compressed = outer
         .value
         .ok_or_else(|| malformed(wrapper_offset, "compressed wrapper without a value"))?;
+    if codec == Codec::Lz4 && outer.magic == 0 {
+        compressed = crate::legacy_lz4::fix_v0_header(compressed);
+    }
     let mut inner = decompress(codec, compressed).map_err(|e| BatchError::Records {
         base_offset: wrapper_offset,
         reason: format!("{codec:?} decompression: {e:#}"),

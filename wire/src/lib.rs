@@ -57,6 +57,7 @@ mod error;
 mod fetch;
 mod http;
 mod legacy;
+mod legacy_lz4;
 mod metadata;
 mod oauth;
 mod offsets;

@@ -201,17 +201,23 @@ fn default_interval() -> String {
     "30s".to_string()
 }
 
-/// Topic config sync: the source's non-default configs minus `exclude`.
+/// Topic config sync: the source's non-default configs minus the excluded ones
+/// ([`ConfigSync::effective_exclude`]).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ConfigSync {
     /// Copy topic configs (default true).
     #[serde(default = "default_true")]
     pub enabled: bool,
-    /// Config names never copied; a trailing `*` matches a prefix. Defaults to the configs that
-    /// belong to the destination cluster (durability, timestamp policy, throttles).
-    #[serde(default = "default_config_excludes")]
+    /// Config names never copied, in addition to the default excludes (the configs that belong
+    /// to the destination cluster: durability, timestamp policy, throttles); a trailing `*`
+    /// matches a prefix. With `replaceDefaultExcludes: true` this list replaces the defaults.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub exclude: Vec<String>,
+    /// `exclude` replaces the default excludes instead of adding to them (default false): set
+    /// it to copy a config the defaults leave out, e.g. `min.insync.replicas`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub replace_default_excludes: bool,
     /// Configs set on every destination topic, over the source's values and over those kmirror
     /// sets so that the destination takes every source record (`max.message.bytes` at least
     /// the source's, timestamp bounds unbounded), e.g. a tighter
@@ -225,17 +231,32 @@ impl Default for ConfigSync {
     fn default() -> Self {
         ConfigSync {
             enabled: true,
-            exclude: default_config_excludes(),
+            exclude: Vec::new(),
+            replace_default_excludes: false,
             overrides: BTreeMap::new(),
         }
     }
 }
 
-fn default_config_excludes() -> Vec<String> {
-    DEFAULT_CONFIG_EXCLUDES
-        .iter()
-        .map(|s| s.to_string())
-        .collect()
+impl ConfigSync {
+    /// The config names never copied: [`DEFAULT_CONFIG_EXCLUDES`] and `exclude`, or `exclude`
+    /// alone with `replaceDefaultExcludes`.
+    pub fn effective_exclude(&self) -> Vec<String> {
+        let mut out: Vec<String> = if self.replace_default_excludes {
+            Vec::new()
+        } else {
+            DEFAULT_CONFIG_EXCLUDES
+                .iter()
+                .map(|s| s.to_string())
+                .collect()
+        };
+        for e in &self.exclude {
+            if !out.contains(e) {
+                out.push(e.clone());
+            }
+        }
+        out
+    }
 }
 
 /// Consumer-group offset sync.
@@ -548,4 +569,36 @@ pub struct SyncPartStatus {
 
 fn is_zero(n: &i32) -> bool {
     *n == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exclude_adds_to_the_defaults_unless_it_replaces_them() {
+        let parse =
+            |json: serde_json::Value| -> ConfigSync { serde_json::from_value(json).unwrap() };
+        let defaults: Vec<String> = DEFAULT_CONFIG_EXCLUDES
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(parse(serde_json::json!({})).effective_exclude(), defaults);
+        let added = parse(serde_json::json!({"exclude": ["retention.ms", "min.insync.replicas"]}));
+        let mut want = defaults.clone();
+        want.push("retention.ms".into());
+        assert_eq!(
+            added.effective_exclude(),
+            want,
+            "added, a default not repeated"
+        );
+        let replaced =
+            parse(serde_json::json!({"exclude": ["retention.ms"], "replaceDefaultExcludes": true}));
+        assert_eq!(
+            replaced.effective_exclude(),
+            vec!["retention.ms".to_string()]
+        );
+        let none = parse(serde_json::json!({"replaceDefaultExcludes": true}));
+        assert!(none.effective_exclude().is_empty(), "copies every config");
+    }
 }

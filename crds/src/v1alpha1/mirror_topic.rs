@@ -208,6 +208,32 @@ pub struct MirrorTopicStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "partitions_schema")]
     pub partitions: Vec<PartitionStatus>,
+    /// Source topic configs the destination topic does not get, each with the reason (a key
+    /// the destination's Kafka version removed or does not know, a value it refused).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "not_copied_schema")]
+    pub configs_not_copied: Vec<ConfigNotCopied>,
+}
+
+/// A topic config not copied to the destination topic.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigNotCopied {
+    /// The config's name on the source.
+    pub name: String,
+    /// Why it is not copied, and what to do if it matters.
+    pub reason: String,
+}
+
+fn not_copied_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let mut schema = generator.subschema_for::<Vec<ConfigNotCopied>>();
+    let object = schema.ensure_object();
+    object.insert("x-kubernetes-list-type".into(), "map".into());
+    object.insert(
+        "x-kubernetes-list-map-keys".into(),
+        serde_json::json!(["name"]),
+    );
+    schema
 }
 
 fn partitions_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {

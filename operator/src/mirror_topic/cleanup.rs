@@ -110,6 +110,8 @@ pub async fn cleanup(mt: &MirrorTopic, ctx: &Context) -> Result<Cleanup> {
         return Ok(Cleanup::Done);
     }
     ctx.pool.forget(&mt.mirror_key(), &name);
+    ctx.config_notes
+        .forget(&mt.mirror_key(), &mt.spec.source_topic);
     // A deleted topic has no FAILED partitions to alert on.
     ctx.metrics
         .set_failed_partitions(&mt.mirror_key(), &mt.spec.source_topic, &[]);

@@ -173,6 +173,27 @@ pub async fn execute(
     if !plan.transitions.is_empty() && plan.requeue.is_zero() {
         return Ok(Duration::ZERO);
     }
+    let shown = mt
+        .status
+        .as_ref()
+        .map(|s| s.configs_not_copied.clone())
+        .unwrap_or_default();
+    if let Some((notes, announce)) = scope.config_notes.for_status(&scope.key, topic, &shown) {
+        if announce {
+            let message = format!(
+                "configs not copied to {}: {}",
+                mt.destination_topic(),
+                crate::config_fit::describe(&notes)
+            );
+            tracing::info!(topic = %name, "{message}");
+            ctx.publish(
+                mt,
+                &Note::normal("ConfigsNotCopied", "SyncConfigs", message),
+            )
+            .await;
+        }
+        plan.status.configs_not_copied = notes;
+    }
     let wait = ctx.write_status(mt, plan.status).await?;
     Ok(plan.requeue.max(wait))
 }

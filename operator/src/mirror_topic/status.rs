@@ -363,6 +363,7 @@ pub fn topic_status(mt: &MirrorTopic, report: Report, now: &Time) -> MirrorTopic
         } else {
             report.partitions
         },
+        configs_not_copied: old.configs_not_copied.clone(),
     }
 }
 

@@ -7,6 +7,7 @@
 
 mod acls;
 mod configs;
+mod create;
 mod ffi;
 mod groups;
 mod topics;
@@ -19,6 +20,7 @@ pub use acls::{
     describe_acls,
 };
 pub use configs::{ConfigOp, alter_topic_configs};
+pub use create::create_topic;
 pub use groups::{GroupOffset, alter_group_offsets, list_group_offsets};
 pub use topics::{TopicDescription, describe_topics};
 
