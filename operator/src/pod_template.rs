@@ -37,9 +37,8 @@ pub fn apply(pod: &mut Pod, template: &FetcherPodTemplate) {
     let Some(spec) = pod.spec.as_mut() else {
         return;
     };
-    let nonempty =
-        |m: &std::collections::BTreeMap<String, String>| (!m.is_empty()).then(|| m.clone());
-    spec.node_selector = nonempty(&template.node_selector);
+    spec.node_selector =
+        (!template.node_selector.is_empty()).then(|| template.node_selector.clone());
     spec.tolerations = (!template.tolerations.is_empty()).then(|| template.tolerations.clone());
     spec.affinity = template.affinity.clone();
     spec.topology_spread_constraints = (!template.topology_spread_constraints.is_empty())
