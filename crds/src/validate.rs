@@ -8,7 +8,10 @@ use std::time::Duration;
 use crate::client_properties::{Client, allowed, is_secret, refusal};
 use crate::duration::parse_duration;
 use crate::filter::Selector;
-use crate::v1alpha1::{ClusterMirrorSpec, KafkaConnection, MirrorTopicSpec};
+use crate::v1alpha1::{
+    ClusterMirrorSpec, FetcherPodTemplate, KafkaConnection, MirrorTopicSpec, reserved_annotation,
+    reserved_label,
+};
 
 /// One problem with a resource's spec.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -95,6 +98,73 @@ fn check_connection(field: &str, connection: &KafkaConnection, out: &mut Vec<Inv
     }
 }
 
+/// Whether `value` is a valid label value: at most 63 characters of `[A-Za-z0-9._-]`, starting
+/// and ending alphanumeric (or empty).
+fn label_value_ok(value: &str) -> bool {
+    let edge = |c: Option<char>| c.is_none_or(|c| c.is_ascii_alphanumeric());
+    value.len() <= 63
+        && value
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+        && edge(value.chars().next())
+        && edge(value.chars().last())
+}
+
+/// Whether `key` is a valid label or annotation key: an optional DNS-subdomain prefix and `/`,
+/// then a name like a label value, not empty.
+fn label_key_ok(key: &str) -> bool {
+    let (prefix, name) = match key.rsplit_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, key),
+    };
+    let prefix_ok = prefix.is_none_or(|p| {
+        !p.is_empty()
+            && p.len() <= 253
+            && p.split('.').all(|part| {
+                !part.is_empty()
+                    && part
+                        .chars()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                    && !part.starts_with('-')
+                    && !part.ends_with('-')
+            })
+    });
+    prefix_ok && !name.is_empty() && label_value_ok(name)
+}
+
+/// `spec.fetcher.template`: kmirror's own label and annotation keys are refused (the CRD refuses
+/// them at admission too; this catches objects stored before), and labels must be labels.
+fn check_template(template: &FetcherPodTemplate, out: &mut Vec<Invalid>) {
+    const FIELD: &str = "spec.fetcher.template";
+    for (key, value) in &template.labels {
+        if reserved_label(key) {
+            out.push(invalid(
+                format!("{FIELD}.labels.{key}"),
+                "kmirror's own label (kmirror.io/*, app.kubernetes.io/name, \
+                 app.kubernetes.io/managed-by): the operator selects its pods by it",
+            ));
+        } else if !label_key_ok(key) || !label_value_ok(value) {
+            out.push(invalid(
+                format!("{FIELD}.labels.{key}"),
+                format!("{key:?}: {value:?} is not a valid Kubernetes label"),
+            ));
+        }
+    }
+    for key in template.annotations.keys() {
+        if reserved_annotation(key) {
+            out.push(invalid(
+                format!("{FIELD}.annotations.{key}"),
+                "kmirror.io/* annotations are the operator's record of what a pod runs",
+            ));
+        } else if !label_key_ok(key) {
+            out.push(invalid(
+                format!("{FIELD}.annotations.{key}"),
+                format!("{key:?} is not a valid annotation key"),
+            ));
+        }
+    }
+}
+
 /// Validates a `ClusterMirror` spec beyond its schema.
 pub fn cluster_mirror(spec: &ClusterMirrorSpec) -> Vec<Invalid> {
     let mut out = Vec::new();
@@ -130,6 +200,7 @@ pub fn cluster_mirror(spec: &ClusterMirrorSpec) -> Vec<Invalid> {
             Err(e) => out.push(invalid("spec.fetcher.memoryBudget", e.to_string())),
         }
     }
+    check_template(&spec.fetcher.template, &mut out);
     check_properties(
         "spec.fetcher.consumerProperties",
         Client::Consumer,
@@ -256,5 +327,40 @@ mod tests {
             fields,
             vec!["spec.failover.drainTimeout", "spec.destinationTopic"]
         );
+    }
+
+    #[test]
+    fn template_labels_and_annotations_are_the_tenants_own_and_valid() {
+        let mut s = spec();
+        s.fetcher.template = serde_json::from_value(serde_json::json!({
+            "labels": {"team": "payments", "example.com/tier": "gold",
+                       "kmirror.io/mirror": "other", "app.kubernetes.io/name": "x",
+                       "bad key": "v", "ok": "-bad-value"},
+            "annotations": {"cluster-autoscaler.kubernetes.io/safe-to-evict": "true",
+                            "kmirror.io/spec-hash": "0", "Bad.Prefix/x": "v"}
+        }))
+        .unwrap();
+        let fields: Vec<_> = cluster_mirror(&s).into_iter().map(|p| p.field).collect();
+        assert_eq!(
+            fields,
+            vec![
+                "spec.fetcher.template.labels.app.kubernetes.io/name",
+                "spec.fetcher.template.labels.bad key",
+                "spec.fetcher.template.labels.kmirror.io/mirror",
+                "spec.fetcher.template.labels.ok",
+                "spec.fetcher.template.annotations.Bad.Prefix/x",
+                "spec.fetcher.template.annotations.kmirror.io/spec-hash",
+            ]
+        );
+        for (key, ok) in [
+            ("a", true),
+            ("example.com/a.b_c-d", true),
+            ("/a", false),
+            ("example.com/", false),
+            ("-a", false),
+            (&"x".repeat(64), false),
+        ] {
+            assert_eq!(label_key_ok(key), ok, "{key}");
+        }
     }
 }

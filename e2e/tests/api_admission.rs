@@ -146,6 +146,22 @@ async fn invalid_objects_are_rejected_with_clear_messages() {
             "consumerProperties takes only tuning keys",
         ),
         (
+            "kmirror's own label in the pod template",
+            mirror_with(
+                "/fetcher",
+                json!({"template": {"labels": {"kmirror.io/mirror": "other"}}}),
+            ),
+            "template.labels may not set kmirror's own labels",
+        ),
+        (
+            "kmirror's own annotation in the pod template",
+            mirror_with(
+                "/fetcher",
+                json!({"template": {"annotations": {"kmirror.io/spec-hash": "0"}}}),
+            ),
+            "template.annotations may not set kmirror.io/* annotations",
+        ),
+        (
             "a security setting in producerProperties",
             mirror_with(
                 "/fetcher",
@@ -416,6 +432,14 @@ async fn forbidden_updates_are_refused_and_allowed_ones_pass() {
     }}))
     .await
     .expect("tuning keys, also under their aliases");
+    patch_mirror(json!({"fetcher": {"template": {
+        "labels": {"team": "payments"},
+        "annotations": {"cluster-autoscaler.kubernetes.io/safe-to-evict": "true"},
+        "tolerations": [{"key": "dedicated", "operator": "Exists"}],
+        "logLevel": "info,kmirror_wire=debug"
+    }}}))
+    .await
+    .expect("a pod template of the tenant's own labels and annotations");
     namespace::delete(&client, &ns).await;
 }
 

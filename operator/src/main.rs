@@ -40,6 +40,22 @@ struct Args {
         default_value = ""
     )]
     allowed_fetcher_service_accounts: String,
+    /// Priority classes a ClusterMirror's `spec.fetcher.template.priorityClassName` may name,
+    /// comma-separated (default: none).
+    #[arg(
+        long,
+        env = "KMIRROR_ALLOWED_FETCHER_PRIORITY_CLASSES",
+        default_value = ""
+    )]
+    allowed_fetcher_priority_classes: String,
+    /// Taint keys `spec.fetcher.template.tolerations` may tolerate, comma-separated (default:
+    /// any but `node-role.kubernetes.io/*`; `*`: any toleration, a keyless one too).
+    #[arg(
+        long,
+        env = "KMIRROR_ALLOWED_FETCHER_TOLERATION_KEYS",
+        default_value = ""
+    )]
+    allowed_fetcher_toleration_keys: String,
     /// Most fetcher pods one ClusterMirror may run (beyond it no pod is created, and a Warning
     /// Event says so).
     #[arg(
@@ -129,6 +145,10 @@ async fn main() -> anyhow::Result<()> {
                 &args.allowed_fetcher_images,
                 &args.allowed_fetcher_service_accounts,
                 &args.fetcher_image,
+            )
+            .with_template_bounds(
+                &args.allowed_fetcher_priority_classes,
+                &args.allowed_fetcher_toleration_keys,
             ),
             max_fetcher_pods_per_mirror: args.max_fetcher_pods_per_mirror,
             status_limits: StatusLimits {

@@ -244,8 +244,8 @@ pub fn fetcher_args(
     (args, volumes, mounts)
 }
 
-/// Hash of what a fetcher pod of `mirror` runs with `args`: its image, resources and the
-/// referenced Secrets' versions too; a different hash means the pod must be replaced.
+/// Hash of what a fetcher pod of `mirror` runs with `args`: its image, resources, pod template
+/// and the referenced Secrets' versions too; a different hash means the pod must be replaced.
 pub fn run_hash(
     mirror: &ClusterMirror,
     args: &[String],
@@ -255,8 +255,9 @@ pub fn run_hash(
     let image = image_of(mirror, default_image);
     let resources = serde_json::to_string(&mirror.spec.fetcher.resources).unwrap_or_default();
     let text = format!(
-        "{}\n{image}\n{resources}\n{secrets_version}",
-        args.join("\n")
+        "{}\n{image}\n{resources}\n{secrets_version}{}",
+        args.join("\n"),
+        crate::pod_template::hash_part(&mirror.spec.fetcher.template)
     );
     format!("{:016x}", fnv1a(text.as_bytes()))
 }
@@ -299,7 +300,7 @@ pub struct PodParts {
     ),
 }
 
-/// A fetcher pod of `mirror` in its namespace.
+/// A fetcher pod of `mirror` in its namespace, with the mirror's pod template applied.
 pub fn fetcher_pod(mirror: &ClusterMirror, default_image: &str, parts: PodParts) -> Pod {
     let (args, volumes, mounts) = parts.args;
     let mut labels: BTreeMap<String, String> = mirror.spec.fetcher.pod_labels.clone();
@@ -313,7 +314,7 @@ pub fn fetcher_pod(mirror: &ClusterMirror, default_image: &str, parts: PodParts)
         mirror.metadata.name.clone().unwrap_or_default(),
     );
     labels.extend(parts.labels);
-    Pod {
+    let mut pod = Pod {
         metadata: ObjectMeta {
             name: Some(parts.name),
             namespace: mirror.metadata.namespace.clone(),
@@ -387,7 +388,9 @@ pub fn fetcher_pod(mirror: &ClusterMirror, default_image: &str, parts: PodParts)
             ..Default::default()
         }),
         status: None,
-    }
+    };
+    crate::pod_template::apply(&mut pod, &mirror.spec.fetcher.template);
+    pod
 }
 
 /// Groups partitions into pods: index → partitions, in order.

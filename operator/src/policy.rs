@@ -1,6 +1,8 @@
 //! What the operator's installer allows a ClusterMirror to ask of fetcher pods: the images they
-//! run and the service accounts they run as. Creating a ClusterMirror must not be a way to run
-//! any image, or any workload identity, in its namespace.
+//! run, the service accounts they run as, and of the pod template the priority classes (which
+//! may preempt others' pods) and the taints they tolerate (which keep nodes for others).
+//! Creating a ClusterMirror must not be a way to run any image, or any workload identity, in its
+//! namespace, nor to push other workloads aside.
 
 use kmirror_crds::v1alpha1::ClusterMirrorSpec;
 use kmirror_crds::validate::Invalid;
@@ -12,19 +14,28 @@ pub struct FetcherPolicy {
     pub images: Vec<String>,
     /// Allowed service account names of fetcher pods (`default`: the namespace's default).
     pub service_accounts: Vec<String>,
+    /// Priority classes `spec.fetcher.template.priorityClassName` may name (empty: none).
+    pub priority_classes: Vec<String>,
+    /// Taint keys `spec.fetcher.template.tolerations` may tolerate; empty: any key but the
+    /// control plane's (`node-role.kubernetes.io/*`); `*`: any toleration, a keyless one too.
+    pub toleration_keys: Vec<String>,
+}
+
+/// Taint keys refused by default: tolerating them puts fetchers on control-plane nodes.
+const CONTROL_PLANE_TAINTS: &str = "node-role.kubernetes.io/";
+
+fn list(s: &str) -> Vec<String> {
+    s.split(',')
+        .map(str::trim)
+        .filter(|x| !x.is_empty())
+        .map(String::from)
+        .collect()
 }
 
 impl FetcherPolicy {
     /// The policy from comma-separated lists; an empty image list allows the operator's own
     /// fetcher image only, an empty service account list the namespace's `default` only.
     pub fn new(images: &str, service_accounts: &str, default_image: &str) -> FetcherPolicy {
-        let list = |s: &str| -> Vec<String> {
-            s.split(',')
-                .map(str::trim)
-                .filter(|x| !x.is_empty())
-                .map(String::from)
-                .collect()
-        };
         let mut images = list(images);
         if images.is_empty() {
             images.push(default_image.to_string());
@@ -36,6 +47,74 @@ impl FetcherPolicy {
         FetcherPolicy {
             images,
             service_accounts,
+            priority_classes: Vec::new(),
+            toleration_keys: Vec::new(),
+        }
+    }
+
+    /// The policy with the template's bounds from comma-separated lists: the priority classes
+    /// fetcher pods may use and the taint keys they may tolerate.
+    pub fn with_template_bounds(
+        mut self,
+        priority_classes: &str,
+        toleration_keys: &str,
+    ) -> FetcherPolicy {
+        self.priority_classes = list(priority_classes);
+        self.toleration_keys = list(toleration_keys);
+        self
+    }
+
+    /// Whether a toleration of `key` (`None`: every taint) is allowed.
+    fn toleration_allowed(&self, key: Option<&str>) -> bool {
+        if self.toleration_keys.iter().any(|k| k == "*") {
+            return true;
+        }
+        match key.filter(|k| !k.is_empty()) {
+            None => false,
+            Some(key) if self.toleration_keys.is_empty() => !key.starts_with(CONTROL_PLANE_TAINTS),
+            Some(key) => self.toleration_keys.iter().any(|k| k == key),
+        }
+    }
+
+    fn check_template(&self, spec: &ClusterMirrorSpec, out: &mut Vec<Invalid>) {
+        let template = &spec.fetcher.template;
+        if let Some(class) = &template.priority_class_name
+            && !self.priority_classes.contains(class)
+        {
+            out.push(Invalid {
+                field: "spec.fetcher.template.priorityClassName".into(),
+                message: format!(
+                    "{class:?} is not allowed by this kmirror installation (allowed: {}; the \
+                     operator's --allowed-fetcher-priority-classes, chart value \
+                     fetcherPolicy.priorityClasses)",
+                    if self.priority_classes.is_empty() {
+                        "none".to_string()
+                    } else {
+                        self.priority_classes.join(", ")
+                    }
+                ),
+            });
+        }
+        for (i, t) in template.tolerations.iter().enumerate() {
+            if !self.toleration_allowed(t.key.as_deref()) {
+                let what = match t.key.as_deref().filter(|k| !k.is_empty()) {
+                    Some(key) => format!("tolerating {key:?}"),
+                    None => "a toleration without a key (every taint)".to_string(),
+                };
+                out.push(Invalid {
+                    field: format!("spec.fetcher.template.tolerations[{i}]"),
+                    message: format!(
+                        "{what} is not allowed by this kmirror installation (allowed keys: {}; \
+                         the operator's --allowed-fetcher-toleration-keys, chart value \
+                         fetcherPolicy.tolerationKeys)",
+                        if self.toleration_keys.is_empty() {
+                            format!("any but {CONTROL_PLANE_TAINTS}*")
+                        } else {
+                            self.toleration_keys.join(", ")
+                        }
+                    ),
+                });
+            }
         }
     }
 
@@ -70,6 +149,7 @@ impl FetcherPolicy {
                 ),
             });
         }
+        self.check_template(spec, &mut out);
         out
     }
 }
@@ -143,6 +223,85 @@ mod tests {
         let refusal = &policy.check(&spec(serde_json::json!({"image": "x"})))[0].message;
         assert!(
             refusal.contains("ghcr.io/kmirror/kmirror:0.1.0"),
+            "{refusal}"
+        );
+    }
+
+    #[test]
+    fn priority_classes_and_tolerations_are_bounded_by_the_installation() {
+        let default = FetcherPolicy::new("", "", "i");
+        let listed = FetcherPolicy::new("", "", "i").with_template_bounds("mirroring", "dedicated");
+        let any = FetcherPolicy::new("", "", "i").with_template_bounds("", "*");
+        let template = |t: serde_json::Value| spec(serde_json::json!({"template": t}));
+        let toleration = |key: Option<&str>| {
+            template(serde_json::json!({"tolerations": [
+                {"key": key, "operator": "Exists", "effect": "NoSchedule"}]}))
+        };
+        let pc = "spec.fetcher.template.priorityClassName";
+        let t0 = "spec.fetcher.template.tolerations[0]";
+        let placement = template(serde_json::json!({
+            "nodeSelector": {"pool": "kafka"}, "labels": {"team": "a"},
+            "annotations": {"cluster-autoscaler.kubernetes.io/safe-to-evict": "true"},
+            "affinity": {}, "logLevel": "debug"}));
+        let cases: Vec<(&str, &FetcherPolicy, ClusterMirrorSpec, Vec<&str>)> = vec![
+            ("placement needs no permission", &default, placement, vec![]),
+            (
+                "a priority class by default",
+                &default,
+                template(serde_json::json!({"priorityClassName": "mirroring"})),
+                vec![pc],
+            ),
+            (
+                "a listed priority class",
+                &listed,
+                template(serde_json::json!({"priorityClassName": "mirroring"})),
+                vec![],
+            ),
+            (
+                "an unlisted priority class",
+                &listed,
+                template(serde_json::json!({"priorityClassName": "system-cluster-critical"})),
+                vec![pc],
+            ),
+            (
+                "a dedicated-node taint by default",
+                &default,
+                toleration(Some("dedicated")),
+                vec![],
+            ),
+            (
+                "the control plane by default",
+                &default,
+                toleration(Some("node-role.kubernetes.io/control-plane")),
+                vec![t0],
+            ),
+            (
+                "every taint by default",
+                &default,
+                toleration(None),
+                vec![t0],
+            ),
+            (
+                "a listed key",
+                &listed,
+                toleration(Some("dedicated")),
+                vec![],
+            ),
+            (
+                "an unlisted key",
+                &listed,
+                toleration(Some("gpu")),
+                vec![t0],
+            ),
+            ("every taint under *", &any, toleration(None), vec![]),
+        ];
+        for (what, policy, spec, expected) in cases {
+            let fields: Vec<String> = policy.check(&spec).into_iter().map(|p| p.field).collect();
+            assert_eq!(fields, expected, "{what}");
+        }
+        let refusal = &default.check(&toleration(None))[0].message;
+        assert!(
+            refusal.contains("--allowed-fetcher-toleration-keys"),
             "{refusal}"
         );
     }

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::common::conditions_schema;
 use super::connection::KafkaConnection;
+use super::pod_template::FetcherPodTemplate;
 
 /// Default name of the compacted state topic on the destination cluster.
 pub const DEFAULT_STATE_TOPIC: &str = "__kmirror_state";
@@ -411,9 +412,14 @@ pub struct FetcherSpec {
     /// Service account of fetcher pods. Default: the namespace's `default`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_account_name: Option<String>,
-    /// Extra labels on fetcher pods.
+    /// Extra labels on fetcher pods (kmirror's own labels win).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub pod_labels: BTreeMap<String, String>,
+    /// Placement and metadata of every fetcher pod (per-topic and pool pods): labels,
+    /// annotations, node selector, tolerations, affinity, topology spread, priority class, image
+    /// pull secrets and log level. A change replaces the pods.
+    #[serde(default, skip_serializing_if = "FetcherPodTemplate::is_empty")]
+    pub template: FetcherPodTemplate,
 }
 
 /// A pool of fetcher pods shared by every topic of a mirror.
@@ -447,6 +453,7 @@ impl Default for FetcherSpec {
             producer_properties: BTreeMap::new(),
             service_account_name: None,
             pod_labels: BTreeMap::new(),
+            template: FetcherPodTemplate::default(),
         }
     }
 }

@@ -5,9 +5,11 @@ mod common;
 mod connection;
 mod mirror_topic;
 mod partition;
+mod pod_template;
 
 pub use cluster_mirror::*;
 pub use common::*;
 pub use connection::*;
 pub use mirror_topic::*;
 pub use partition::*;
+pub use pod_template::*;
