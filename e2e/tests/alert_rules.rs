@@ -159,7 +159,7 @@ fn every_alert_has_a_firing_and_a_non_firing_case() {
                 .to_string()
         })
         .collect();
-    assert_eq!(alerts.len(), 12, "{alerts:?}");
+    assert_eq!(alerts.len(), 13, "{alerts:?}");
     let tests: Value = serde_yaml::from_str(
         &std::fs::read_to_string(repo_root().join("e2e/alerts/kmirror-alerts.test.yaml")).unwrap(),
     )
@@ -274,7 +274,7 @@ fn alerts_can_be_left_out_by_name() {
         .iter()
         .map(|r| r["alert"].as_str().unwrap())
         .collect();
-    assert_eq!(names.len(), 9, "{names:?}");
+    assert_eq!(names.len(), 10, "{names:?}");
     for gone in [
         "KmirrorFetcherStalled",
         "KmirrorFetcherMissing",
@@ -365,6 +365,7 @@ fn exposed_series() -> BTreeMap<String, BTreeSet<String>> {
     f.lag_records.get_or_create(&labels).set(1);
     f.set_state(&labels, kmirror_crds::v1alpha1::PartitionState::Mirroring);
     f.data_loss_records.get_or_create(&labels).inc_by(5);
+    f.transaction_open_seconds.get_or_create(&labels).set(1.0);
     let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for line in op.encode().lines().chain(f.encode().lines()) {
         if line.starts_with('#') || line.trim().is_empty() {

@@ -27,7 +27,6 @@ pub mod leases;
 pub mod lifecycle;
 pub mod metrics;
 pub mod mirror_topic;
-pub mod pod_template;
 pub mod pods;
 pub mod policy;
 pub mod pool;

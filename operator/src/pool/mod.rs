@@ -9,5 +9,7 @@
 pub mod demand;
 pub mod plan;
 pub mod pod;
+#[cfg(test)]
+mod template_tests;
 
 pub use pod::{ANNOTATION_UNITS, LABEL_POOL};

@@ -18,6 +18,8 @@ use kube::api::ObjectMeta;
 
 use crate::connection::pod_connection;
 
+pub mod template;
+
 /// Label on every fetcher pod naming its `MirrorTopic`.
 pub const LABEL_MIRROR_TOPIC: &str = "kmirror.io/mirror-topic";
 /// Label naming the `ClusterMirror`.
@@ -257,7 +259,7 @@ pub fn run_hash(
     let text = format!(
         "{}\n{image}\n{resources}\n{secrets_version}{}",
         args.join("\n"),
-        crate::pod_template::hash_part(&mirror.spec.fetcher.template)
+        template::hash_part(&mirror.spec.fetcher.template)
     );
     format!("{:016x}", fnv1a(text.as_bytes()))
 }
@@ -389,7 +391,7 @@ pub fn fetcher_pod(mirror: &ClusterMirror, default_image: &str, parts: PodParts)
         }),
         status: None,
     };
-    crate::pod_template::apply(&mut pod, &mirror.spec.fetcher.template);
+    template::apply(&mut pod, &mirror.spec.fetcher.template);
     pod
 }
 
