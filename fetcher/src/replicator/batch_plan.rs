@@ -20,8 +20,10 @@ pub(super) enum RecordPath {
     Sparse,
     /// Larger than the destination's `max.message.bytes`.
     TooLarge,
-    /// LogAppendTime onto a CreateTime destination: its records carry the append time as their
-    /// timestamp, as source consumers see it.
+    /// A LogAppendTime batch: its records carry the append time as their timestamp, as source
+    /// consumers see it, in a CreateTime batch — brokers refuse a produced batch marked
+    /// LogAppendTime (`INVALID_TIMESTAMP`, "Producer should not set timestamp type to
+    /// LogAppendTime"), whatever the destination topic's own timestamp type.
     AppendTime,
     /// A timestamp outside the destination's bounds: each record is checked, so that a refusal
     /// names the record and the records before it are copied.
@@ -210,7 +212,7 @@ fn record_path(
         .is_some_and(|limit| h.size() as i64 > limit)
     {
         Some(RecordPath::TooLarge)
-    } else if destination.create_time && h.timestamp_type() == TimestampType::LogAppendTime {
+    } else if h.timestamp_type() == TimestampType::LogAppendTime {
         Some(RecordPath::AppendTime)
     } else if destination.create_time && !within_bounds(batch, destination) {
         Some(RecordPath::TimestampBounds)
@@ -521,9 +523,10 @@ mod tests {
              (vec![(0, "too_large", 3)], 3, 0)),
             ("LogAppendTime onto CreateTime: record path", 0, set(&[batch(0, 2, 1, attributes(LOG_APPEND_TIME))]), &[], CREATE_TIME,
              (vec![(0, "append_time", 2)], 2, 0)),
-            ("LogAppendTime onto LogAppendTime passes", 0, set(&[batch(0, 2, 1, attributes(LOG_APPEND_TIME))]), &[],
+            ("LogAppendTime onto LogAppendTime: record path too (no producer may send it)", 0,
+             set(&[batch(0, 2, 1, attributes(LOG_APPEND_TIME))]), &[],
              Destination { max_message_bytes: None, create_time: false, ..CREATE_TIME },
-             (vec![(0, "pass", 2)], 2, 0)),
+             (vec![(0, "append_time", 2)], 2, 0)),
             ("a committed transaction passes, its marker is skipped", 0,
              set(&[batch(0, 2, 7, attributes(TRANSACTIONAL)), marker(2, 7, 1), batch(3, 1, 1, none)]), &[], CREATE_TIME,
              (vec![(0, "pass", 2), (3, "pass", 1)], 4, 1)),
