@@ -127,7 +127,7 @@ fn steady_producer(
     })
 }
 
-/// Item 1 of issue 33: when the batches in flight to a destination broker fail with their
+/// When the batches in flight to a destination broker fail with their
 /// connection, the next one must not be appended where an earlier one belongs. The connections of
 /// partition 0's destination leader are reset 30 times while a fresh fetcher (a producer ID the
 /// destination does not know yet) copies a backlog, and traffic goes on.
@@ -213,7 +213,7 @@ async fn destination_leader_connections_reset_30_times_misplace_nothing() {
     );
 }
 
-/// Item 5 of issue 33: one unreachable source broker must not stall the partitions other brokers
+/// One unreachable source broker must not stall the partitions other brokers
 /// lead. The broker leading partition 0 is cut off (connections hang, nothing is refused) while
 /// every partition gets new records; the others are copied meanwhile, partition 0 after the heal.
 #[tokio::test]

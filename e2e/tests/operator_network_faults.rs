@@ -2,7 +2,7 @@
 //! ran on is lost (its pod object force-deleted, the process still running, no route to anything)
 //! past its write lease, its replacement copies, then the network comes back. The lost pod must
 //! have stopped writing before its replacement was created, and nothing it had under way may
-//! land afterwards: zero duplicates, every record at its source offset (issue 33, item 2).
+//! land afterwards: zero duplicates, every record at its source offset.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
