@@ -39,6 +39,8 @@
 #   pod-net-cut NS/POD|IP | pod-net-restore NS/POD|IP  cut a pod of a namespace annotated
 #                                                 kmirror.io/test-network=isolated off the network
 #                                                 while its processes run / join it again
+#   pod-net-unsent NS/POD|IP                      bytes such a pod's connections hold unsent
+#   pod-freeze NS/POD|IP | pod-thaw NS/POD|IP     SIGSTOP / SIGCONT every process of such a pod
 #
 # Downloads and builds are cached under ~/.cache/kmirror (KMIRROR_CACHE), keyed by version;
 # runtime state lives under /tmp/kmirror-testbed (KMIRROR_RUN_DIR). See the README (The test bed)
@@ -249,6 +251,9 @@ main() {
     net-status) net_status ;;
     pod-net-cut) pod_net_cut "$@" ;;
     pod-net-restore) pod_net_restore "$@" ;;
+    pod-net-unsent) pod_net_unsent "$@" ;;
+    pod-freeze) pod_freeze "$@" ;;
+    pod-thaw) pod_thaw "$@" ;;
     zombie) fault_zombie "$@" ;;
     zombie-kill) fault_zombie_kill "$@" ;;
     zombies) fault_zombies ;;

@@ -20,6 +20,8 @@
 #   pod-net-cut NS/POD | pod-net-restore NS/POD
 #                                           cut one pod of an isolated namespace off the network
 #                                           (its processes keep running) / join it again
+#   pod-net-unsent NS/POD                   bytes its connections hold in their send queues
+#   pod-freeze NS/POD | pod-thaw NS/POD     SIGSTOP / SIGCONT every process of such a pod
 #
 # Functions: net_provision, net_up, net_down, net_status_line, net_env, and net_* verbs.
 
@@ -288,3 +290,35 @@ pod_net_restore() {
   ip link set "$POD_LINK" up || die "could not bring $POD_LINK up"
   say "pod-net-restore: $1 ($POD_IP) joined again: link $POD_LINK up"
 }
+
+# pod-net-unsent NS/POD|POD_IP: what the pod's TCP connections hold in their send queues (sent
+# but not acknowledged, or not sent yet): a cut link keeps it there, and the kernel delivers it
+# when the link is up again, unless the socket was reset. One line: total bytes and connections,
+# then each connection with a queue (local -> peer: bytes).
+pod_net_unsent() {
+  _pod_net "$@"
+  local netns="kmpod-${POD_LINK#kmh-}" rows total=0 conns=0 line
+  rows="$(ip netns exec "$netns" ss -tnH 2>/dev/null | awk '$3 > 0 {print $4 " -> " $5 ": " $3}')"
+  while read -r line; do
+    [ -n "$line" ] || continue
+    total=$((total + ${line##*: })) conns=$((conns + 1))
+  done <<<"$rows"
+  say "pod-net-unsent: $1 ($POD_IP): $total byte(s) unsent on $conns connection(s)"
+  [ -z "$rows" ] || printf '%s\n' "$rows"
+}
+
+# pod-freeze / pod-thaw NS/POD|POD_IP: SIGSTOP / SIGCONT every process of the pod's network
+# namespace (a paused VM or a long GC pause: nothing of it runs, its sockets stay as they are).
+pod_signal() {
+  local verb="$1" sig="$2"
+  shift 2
+  _pod_net "$@"
+  local netns="kmpod-${POD_LINK#kmh-}" pids
+  pids="$(ip netns pids "$netns" 2>/dev/null | tr '\n' ' ')"
+  [ -n "${pids// /}" ] || die "$verb: no process runs in $1's network namespace"
+  # shellcheck disable=SC2086
+  kill "-$sig" $pids || die "$verb: could not send SIG$sig to $pids"
+  say "$verb: $1 ($POD_IP): SIG$sig to pid(s) ${pids% }"
+}
+pod_freeze() { pod_signal pod-freeze STOP "$@"; }
+pod_thaw() { pod_signal pod-thaw CONT "$@"; }

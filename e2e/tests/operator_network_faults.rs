@@ -1,8 +1,10 @@
-//! A fetcher pod cut off the network while its process lives, through the operator: the node it
-//! ran on is lost (its pod object force-deleted, the process still running, no route to anything)
-//! past its write lease, its replacement copies, then the network comes back. The lost pod must
-//! have stopped writing before its replacement was created, and nothing it had under way may
-//! land afterwards: zero duplicates, every record at its source offset.
+//! Fetcher pods cut off the network while their processes live, through the operator: the node
+//! they ran on is lost (pod objects force-deleted, processes still running, no route to anything)
+//! past their write leases, their replacements copy, then the network comes back. One of them
+//! runs on and must stop writing before its replacement is created; the other is frozen as well
+//! (a paused VM), with produce requests still in its kernel's send queue, so it cannot stop by
+//! itself: when its network returns, the kernel delivers those requests, after its replacement's
+//! writes. Neither may land anything then: zero duplicates, every record at its source offset.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -10,7 +12,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use kmirror_crds::v1alpha1::PartitionState;
-use kmirror_e2e::faults::{self, create_replicated_topic};
+use kmirror_e2e::faults::net::{pod_freeze, pod_net_unsent};
+use kmirror_e2e::faults::{self, Cluster, create_replicated_topic};
 use kmirror_e2e::fetcher::ensure_state_topic_on;
 use kmirror_e2e::kafka::{DestUser, mixed_records, produce_all, unique_name, watermarks};
 use kmirror_e2e::operator::{OperatorProcess, Scenario, all_partitions, pods_per_partition};
@@ -20,13 +23,16 @@ use serde_json::json;
 
 const PARTITIONS: i32 = 2;
 
-/// Writes bursts of records until stopped; returns how many.
+/// Writes bursts of records until stopped (each with a record of about 1 MB in every
+/// partition, so that a write waits in a send queue while its broker does not read); returns
+/// how many.
 fn steady_producer(source: ClientConfig, topic: String, stop: Arc<AtomicBool>) -> JoinHandle<u64> {
     std::thread::spawn(move || {
         let mut seed = 7000;
         let mut sent = 0u64;
         while !stop.load(Ordering::Relaxed) {
-            let records = mixed_records(150, PARTITIONS, 0, seed);
+            let large = if seed % 3 == 0 { PARTITIONS as usize } else { 0 };
+            let records = mixed_records(150, PARTITIONS, large, seed);
             produce_all(&source, &topic, &records, &[("acks", "all")]).expect("produce a burst");
             sent += records.len() as u64;
             seed += 1;
@@ -50,8 +56,22 @@ fn is_zombie(ns: &str, pod: &str) -> bool {
         .any(|l| l.starts_with(&format!("{ns}/{pod} ")))
 }
 
+/// The pod's IP and UID.
+fn ip_and_uid(pods: &[k8s_openapi::api::core::v1::Pod], name: &str) -> (String, String) {
+    let pod = pods
+        .iter()
+        .find(|p| p.metadata.name.as_deref() == Some(name))
+        .expect("the fetcher pod");
+    let ip = pod
+        .status
+        .as_ref()
+        .and_then(|st| st.pod_ip.clone())
+        .expect("its pod IP");
+    (ip, pod.metadata.uid.clone().expect("its UID"))
+}
+
 #[tokio::test]
-async fn a_fetcher_pod_cut_off_past_its_lease_writes_nothing_when_its_network_returns() {
+async fn pods_cut_off_past_their_lease_land_nothing_when_their_network_returns_frozen_or_not() {
     let bed = faults::replicated();
     let _faults = faults::exclusive();
     let source = bed.r_source_config();
@@ -76,7 +96,8 @@ async fn a_fetcher_pod_cut_off_past_its_lease_writes_nothing_when_its_network_re
                          "password": {"name": "destination-credentials", "key": "password"}}
             },
             "sync": {"interval": "5s"},
-            "fetcher": {"partitionsPerPod": PARTITIONS}
+            // One pod per partition: one lost pod runs on, the other is frozen.
+            "fetcher": {"partitionsPerPod": 1}
         }),
     )
     .await;
@@ -96,68 +117,114 @@ async fn a_fetcher_pod_cut_off_past_its_lease_writes_nothing_when_its_network_re
     }
 
     let pods = s.pods().await;
-    let pod = pods_per_partition(&pods)[&0][0].clone();
-    let old = pods
-        .iter()
-        .find(|p| p.metadata.name.as_deref() == Some(pod.as_str()))
-        .expect("the fetcher pod");
-    let old_uid = old.metadata.uid.clone().expect("its UID");
-    let ip = old
-        .status
-        .as_ref()
-        .and_then(|st| st.pod_ip.clone())
-        .expect("its pod IP");
+    let per_partition = pods_per_partition(&pods);
+    let running = per_partition[&0][0].clone();
+    let frozen = per_partition[&1][0].clone();
+    assert_ne!(running, frozen, "one pod per partition");
+    let (running_ip, running_uid) = ip_and_uid(&pods, &running);
+    let (frozen_ip, frozen_uid) = ip_and_uid(&pods, &frozen);
 
-    // The node is lost: no network for the pod's process, and its object goes.
-    eprintln!("{}", faults::pod_net_cut(&s.ns, &pod).expect("pod-net-cut"));
+    // Partition 1's destination leader stops reading for a moment (well within its session
+    // timeout, so it stays the leader): the frozen pod's next writes wait in its send queue.
+    let leader = faults::offsets(Cluster::RDestination, &topic, 1)
+        .expect("partition 1 on the destination")
+        .leader;
+    let broker = Cluster::RDestination.broker(leader);
+    eprintln!("{}", faults::sigstop_broker(&broker).expect("sigstop"));
+    let queued_by = Instant::now() + Duration::from_secs(5);
+    let queued = loop {
+        let (bytes, said) = pod_net_unsent(&frozen_ip).expect("pod-net-unsent");
+        if bytes > 0 || Instant::now() >= queued_by {
+            break (bytes, said);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    // The node is lost: no network for either pod; one of them is frozen too, its writes
+    // still queued; their objects go.
+    eprintln!("{}", faults::pod_net_cut(&s.ns, &running).expect("pod-net-cut"));
+    eprintln!("{}", faults::pod_net_cut(&s.ns, &frozen).expect("pod-net-cut"));
+    eprintln!("{}", pod_freeze(&frozen_ip).expect("pod-freeze"));
+    eprintln!("{}", faults::sigcont_broker(&broker).expect("sigcont"));
+    assert!(
+        queued.0 > 0,
+        "the frozen pod has writes in its send queue while broker {broker} does not read: {}",
+        queued.1
+    );
+    let (still_queued, said) = pod_net_unsent(&frozen_ip).expect("pod-net-unsent");
+    eprintln!("cut off and frozen with writes under way: {said}");
+    assert!(still_queued > 0, "{said}");
     let cut_at = dest_total(&dest, &topic);
-    eprintln!("{}", faults::zombie(&s.ns, &pod).expect("zombie"));
+    eprintln!("{}", faults::zombie(&s.ns, &running).expect("zombie"));
+    eprintln!("{}", faults::zombie(&s.ns, &frozen).expect("zombie"));
     let injected = Instant::now();
     let mut replaced_after = None;
-    let mut zombie_ended_after = None;
-    // A replacement comes once the zombie's last grant has run out (D + margin = 35 s), and
-    // copies on.
+    let mut frozen_replaced = false;
+    let mut running_ended_after = None;
+    // Replacements come once the lost pods' last grants have run out (D + margin = 35 s), and
+    // copy on.
+    let replaced = |pods: &[k8s_openapi::api::core::v1::Pod], name: &str, uid: &str| {
+        pods.iter().any(|p| {
+            p.metadata.name.as_deref() == Some(name) && p.metadata.uid.as_deref() != Some(uid)
+        })
+    };
     while injected.elapsed() < Duration::from_secs(150) {
-        if replaced_after.is_none()
-            && s.pods().await.iter().any(|p| {
-                p.metadata.name.as_deref() == Some(pod.as_str())
-                    && p.metadata.uid.as_deref() != Some(old_uid.as_str())
-            })
-        {
+        let now = s.pods().await;
+        if replaced_after.is_none() && replaced(&now, &running, &running_uid) {
             replaced_after = Some(injected.elapsed());
         }
-        if zombie_ended_after.is_none() && !is_zombie(&s.ns, &pod) {
-            zombie_ended_after = Some(injected.elapsed());
+        frozen_replaced = frozen_replaced || replaced(&now, &frozen, &frozen_uid);
+        if running_ended_after.is_none() && !is_zombie(&s.ns, &running) {
+            running_ended_after = Some(injected.elapsed());
         }
-        if replaced_after.is_some() && dest_total(&dest, &topic) > cut_at + 600 {
+        if replaced_after.is_some()
+            && frozen_replaced
+            && dest_total(&dest, &topic) > cut_at + 600
+        {
             break;
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    let replaced_after = replaced_after.expect("a replacement pod was created");
-    let copied_by_replacement = dest_total(&dest, &topic) - cut_at;
+    let replaced_after = replaced_after.expect("a replacement for the pod that ran on");
+    assert!(frozen_replaced, "a replacement for the frozen pod");
+    let copied_by_replacements = dest_total(&dest, &topic) - cut_at;
     assert!(
-        copied_by_replacement > 600,
-        "the replacement copies ({copied_by_replacement} records since the cut)"
+        copied_by_replacements > 600,
+        "the replacements copy ({copied_by_replacements} records since the cut)"
     );
 
-    // The network comes back to whatever of the lost pod still runs.
-    // By its IP: the pod object is gone. A lost pod whose processes all ended has no network
-    // left to restore.
-    if is_zombie(&s.ns, &pod) {
-        let restored = faults::verb(&["pod-net-restore", &ip]).expect("pod-net-restore");
-        eprintln!("{restored}");
-    } else {
-        eprintln!("the lost pod's processes had ended before its network could return");
-    }
-    let restored_at = Instant::now();
-    while zombie_ended_after.is_none() && restored_at.elapsed() < Duration::from_secs(60) {
-        if !is_zombie(&s.ns, &pod) {
-            zombie_ended_after = Some(injected.elapsed());
+    // The network comes back to whatever of the lost pods still runs, by IP (the pod objects
+    // are gone). A lost pod whose processes all ended has no network left to restore.
+    for (name, ip) in [(&running, &running_ip), (&frozen, &frozen_ip)] {
+        if is_zombie(&s.ns, name) {
+            eprintln!("{}", faults::verb(&["pod-net-restore", ip]).expect("restore"));
+        } else {
+            eprintln!("{name}: its processes had ended before its network could return");
         }
-        tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    let killed = faults::zombie_kill(&format!("{}/{pod}", s.ns)).unwrap_or_default();
+    // The frozen pod's kernel delivers what its send queue held (its next retransmission).
+    let restored_at = Instant::now();
+    let delivered = loop {
+        let (bytes, said) = pod_net_unsent(&frozen_ip).expect("pod-net-unsent");
+        if running_ended_after.is_none() && !is_zombie(&s.ns, &running) {
+            running_ended_after = Some(injected.elapsed());
+        }
+        if bytes == 0 {
+            break said;
+        }
+        assert!(
+            restored_at.elapsed() < Duration::from_secs(150),
+            "the frozen pod's kernel still holds its writes 150 s after its network returned: \
+             {said}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    eprintln!(
+        "the frozen pod's send queue went out {:?} after its network returned: {delivered}",
+        restored_at.elapsed()
+    );
+    let killed = faults::zombie_kill(&format!("{}/{frozen}", s.ns)).unwrap_or_default();
+    eprintln!("{killed}");
+    let killed = faults::zombie_kill(&format!("{}/{running}", s.ns)).unwrap_or_default();
     stop.store(true, Ordering::Relaxed);
     let sent = producer.join().expect("producer");
     let deadline = Instant::now() + Duration::from_secs(180);
@@ -186,17 +253,19 @@ async fn a_fetcher_pod_cut_off_past_its_lease_writes_nothing_when_its_network_re
         matched += r.matched;
     }
     assert_eq!(matched, sent, "every record is on the destination once");
-    let zombie_ended_after = zombie_ended_after.unwrap_or_else(|| {
-        panic!("the cut-off pod's process still ran 60 s after its network returned ({killed})")
+    let running_ended_after = running_ended_after.unwrap_or_else(|| {
+        panic!("the cut-off pod's process still ran after its network returned ({killed})")
     });
     assert!(
-        zombie_ended_after <= replaced_after,
-        "the cut-off pod stopped ({zombie_ended_after:?}) before its replacement was created \
+        running_ended_after <= replaced_after,
+        "the cut-off pod stopped ({running_ended_after:?}) before its replacement was created \
          ({replaced_after:?})"
     );
     eprintln!(
-        "cut off past its lease: the lost pod's process ended {zombie_ended_after:?} after the \
-         cut, its replacement was created after {replaced_after:?}; {sent} records exact"
+        "cut off past their leases: the pod that ran on ended {running_ended_after:?} after the \
+         cut, its replacement was created after {replaced_after:?}; the frozen pod's queued \
+         writes ({still_queued} bytes) reached the destination after its replacement copied and \
+         were refused; {sent} records exact"
     );
     s.cleanup().await;
     drop(op);

@@ -8,7 +8,9 @@
 //! - [`Client`] keeps one pipelined connection per broker and the cluster metadata, and routes
 //!   [`Client::fetch`], [`Client::send_produce`], [`Client::list_offsets`] to partition leaders;
 //!   [`Client::init_producer_id`] gives an idempotent producer identity, and
-//!   [`Client::offset_for_leader_epoch`] where a leader epoch ends in a partition's log.
+//!   [`Client::offset_for_leader_epoch`] where a leader epoch ends in a partition's log;
+//!   [`Client::last_writers`] the producer of each partition's last batch, to go on as
+//!   ([`LastWriter`]).
 //! - [`batch`] parses batch headers and rewrites them ([`batch::rewrite`]) with a new CRC-32C;
 //!   [`records`] decodes (and encodes) the records inside a batch for the record path, and
 //!   [`decode_legacy`] the messages of the old formats (magic 0/1).
@@ -56,6 +58,7 @@ mod epochs;
 mod error;
 mod fetch;
 mod http;
+mod last_writer;
 mod legacy;
 mod legacy_lz4;
 mod metadata;
@@ -76,6 +79,7 @@ pub use error::{KafkaCode, WireError};
 pub use fetch::{
     AbortedTransaction, FetchGroup, FetchOptions, FetchPartition, FetchedPartition, Isolation,
 };
+pub use last_writer::LastWriter;
 pub use legacy::decode_legacy;
 pub use metadata::{Broker, ClusterMetadata, PartitionMetadata, TopicMetadata};
 pub use offsets::{ListedOffset, OffsetSpec};

@@ -154,6 +154,29 @@ pub fn pod_net_restore(namespace: &str, pod: &str) -> anyhow::Result<String> {
     verb(&["pod-net-restore", &format!("{namespace}/{pod}")])
 }
 
+/// The bytes an isolated pod's TCP connections hold in their send queues (the first number of
+/// `pod-net-unsent`), and the verb's whole answer. `target` is NS/POD or the pod's IP.
+pub fn pod_net_unsent(target: &str) -> anyhow::Result<(u64, String)> {
+    let said = verb(&["pod-net-unsent", target])?;
+    let bytes = said
+        .split("): ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .ok_or_else(|| anyhow::anyhow!("pod-net-unsent said: {said}"))?;
+    Ok((bytes, said))
+}
+
+/// SIGSTOP to every process of an isolated pod (NS/POD or its IP).
+pub fn pod_freeze(target: &str) -> anyhow::Result<String> {
+    verb(&["pod-freeze", target])
+}
+
+/// SIGCONT to every process of an isolated pod (NS/POD or its IP).
+pub fn pod_thaw(target: &str) -> anyhow::Result<String> {
+    verb(&["pod-thaw", target])
+}
+
 impl Testbed {
     /// The replicated source's proxied bootstrap (`127.0.0.1:19116,…`): PLAINTEXT through
     /// toxiproxy; metadata routes to every broker's proxied address.

@@ -2,11 +2,16 @@
 //! `kmirror-wire` client, plan each partition's entries (`batch_plan`), decide every record's
 //! destination offset with the same [`Cursor`](crate::cursor::Cursor) as the record engine (new
 //! map segments persisted before the records behind them), rewrite only the batch header for
-//! the destination (the fetcher's own idempotent producer id, epoch and sequence) and produce one
-//! batch per partition per request (`send`: in order, on one connection per partition, and
+//! the destination and produce one batch per partition per request (`send`: in order, on one connection per partition, and
 //! nothing more after a failure until every earlier batch is accounted for). Every
 //! acknowledgement's base offset is checked against the one the batch had to get; a refusal
 //! stops the partition with the source offset.
+//!
+//! A partition is written as the producer that appended the destination's last batch (its id
+//! and epoch, the sequence after that batch: [`kmirror_wire::LastWriter`]) where there is one,
+//! else as the fetcher's own idempotent producer. The broker appends a batch of that producer
+//! only in sequence, so nothing a writer before this one still had under way — a zombie's
+//! request that reaches the broker late — can land after this fetcher's batches.
 //!
 //! Fetches go to each leader on their own (`kmirror_wire::Client::fetch_groups`): a leader that
 //! does not answer holds up only the partitions it leads. Each request puts the partitions that
@@ -66,6 +71,9 @@ struct Lane {
     /// The last answer held only the truncated start of a batch larger than the fetch size:
     /// this partition goes first in its next request.
     starved: bool,
+    /// The producer this partition's batches are written as: the one that appended the
+    /// destination's last batch where it can be continued, else the fetcher's own.
+    producer: ProducerIdentity,
     /// Sequence number of the next batch.
     sequence: i32,
     /// Batches not yet confirmed, in order: queued, then on the wire.
@@ -88,7 +96,6 @@ pub(super) struct BatchPath {
     runtime: Arc<tokio::runtime::Runtime>,
     source: Client,
     destination: Client,
-    producer: ProducerIdentity,
     fetch: FetchOptions,
     partition_max_bytes: i32,
     produce: ProduceOptions,
@@ -124,21 +131,21 @@ impl BatchPath {
             destination_config.connect_timeout = destination_config.connect_timeout.min(bound);
         }
         let runtime = source.runtime.clone();
-        let (destination_client, producer) = runtime.block_on(async {
+        let ends: BTreeMap<i32, i64> = units.iter().map(|(&p, u)| (p, u.cursor.next_dst)).collect();
+        let (destination_client, producer, last_writers) = runtime.block_on(async {
+            let connect_failed = |source| Stop::ConnectWire {
+                side: Side::Destination,
+                source,
+            };
             let d = Client::connect(destination_config)
                 .await
-                .map_err(|source| Stop::ConnectWire {
-                    side: Side::Destination,
-                    source,
-                })?;
-            let id = d
-                .init_producer_id()
+                .map_err(connect_failed)?;
+            let id = d.init_producer_id().await.map_err(connect_failed)?;
+            let last = d
+                .last_writers(&config.destination_topic, &ends)
                 .await
-                .map_err(|source| Stop::ConnectWire {
-                    side: Side::Destination,
-                    source,
-                })?;
-            Ok::<_, Stop>((d, id))
+                .map_err(connect_failed)?;
+            Ok::<_, Stop>((d, id, last))
         })?;
         // Fetch responses are the engine's memory: the consumer's sizes (derived from the
         // memory budget, or the user's consumerProperties); the broker returns a partition's
@@ -155,14 +162,26 @@ impl BatchPath {
         tracing::info!(
             producer_id = producer.id,
             producer_epoch = producer.epoch,
-            "batch engine connected"
+            continued = last_writers.len(),
+            partitions = units.len(),
+            "batch engine connected; partitions whose destination ends in a batch of an \
+             idempotent producer go on as that producer, so that nothing the writer before had \
+             under way can be appended after this one's batches"
         );
+        for (p, w) in &last_writers {
+            tracing::debug!(
+                partition = p,
+                producer_id = w.producer.id,
+                producer_epoch = w.producer.epoch,
+                sequence = w.next_sequence,
+                "going on as the destination's last writer"
+            );
+        }
         let (fetched_tx, fetched_rx) = mpsc::unbounded_channel();
         Ok(BatchPath {
             runtime,
             source: source.client.clone(),
             destination: destination_client,
-            producer,
             fetch: FetchOptions {
                 isolation: match config.isolation {
                     Isolation::ReadCommitted => kmirror_wire::Isolation::ReadCommitted,
@@ -199,7 +218,8 @@ impl BatchPath {
                             last_fetched_epoch: epoch_before(unit),
                             fetch_out: false,
                             starved: false,
-                            sequence: 0,
+                            producer: last_writers.get(&p).map_or(producer, |w| w.producer),
+                            sequence: last_writers.get(&p).map_or(0, |w| w.next_sequence),
                             sent: VecDeque::new(),
                             window: Window::new(),
                         },

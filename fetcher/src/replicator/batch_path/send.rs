@@ -100,12 +100,11 @@ impl Fetcher<'_> {
         }
         let source_topic = self.config.source_topic.clone();
         let path = self.batch_path();
-        let producer = path.producer;
         let lane = path.lanes.get_mut(&p).expect("owned partition");
         let count = (out.last_dst - out.first_dst + 1) as i32;
         let rewrite = Rewrite {
-            producer_id: producer.id,
-            producer_epoch: producer.epoch,
+            producer_id: lane.producer.id,
+            producer_epoch: lane.producer.epoch,
             base_sequence: lane.sequence,
         };
         let bytes = if out.passed {
