@@ -39,6 +39,8 @@ impl KafkaCode {
     pub const NOT_ENOUGH_REPLICAS: KafkaCode = KafkaCode(19);
     /// Written to the leader, but fewer in-sync replicas than required acknowledged it.
     pub const NOT_ENOUGH_REPLICAS_AFTER_APPEND: KafkaCode = KafkaCode(20);
+    /// The principal may not do this with the topic (e.g. READ for a fetch).
+    pub const TOPIC_AUTHORIZATION_FAILED: KafkaCode = KafkaCode(29);
     /// The broker expected another sequence number.
     pub const OUT_OF_ORDER_SEQUENCE_NUMBER: KafkaCode = KafkaCode(45);
     /// The batch was written before (idempotent retry); older brokers answer this.

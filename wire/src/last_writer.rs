@@ -58,7 +58,8 @@ const HEADER_READ: i32 = 4096;
 impl Client {
     /// The writer of each partition's last batch below its log end `ends[partition]`, where one
     /// can be continued ([`LastWriter::of`]); partitions with an empty log (or none left below
-    /// their end) are not in the answer. A partition whose leader gave no answer fails the call.
+    /// their end, or that the principal may not read) are not in the answer. A partition whose
+    /// leader gave no answer or an error fails the call (retriable: [`WireError::is_retriable`]).
     pub async fn last_writers(
         &self,
         topic: &str,
@@ -90,6 +91,19 @@ impl Client {
                 KafkaCode::NONE => {}
                 // Nothing left below the end (deleted records): nothing to continue.
                 KafkaCode::OFFSET_OUT_OF_RANGE => continue,
+                // A principal without READ on the destination topic: the writer goes on as its
+                // own producer, without the broker's check against a late writer before it.
+                KafkaCode::TOPIC_AUTHORIZATION_FAILED => {
+                    tracing::warn!(
+                        topic,
+                        partition = fetched.partition,
+                        "the destination refuses to let this principal READ the topic: writing \
+                         as a new producer, so a request of a writer before this one that arrives \
+                         late is not refused by the broker (grant READ on the destination topics \
+                         to the mirror's principal)"
+                    );
+                    continue;
+                }
                 error => {
                     return Err(WireError::Fetch {
                         broker: format!("leader of {topic}-{}", fetched.partition),

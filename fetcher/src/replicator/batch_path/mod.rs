@@ -54,6 +54,9 @@ const IDLE_FETCH_WAIT: Duration = Duration::from_millis(500);
 /// Pause after a failed fetch or produce before the next attempt.
 const RETRY_BACKOFF: Duration = Duration::from_millis(200);
 
+/// Reads of the destination's last batches at start-up before a retriable failure stops it.
+const LAST_WRITER_ATTEMPTS: u32 = 25;
+
 mod send;
 mod window;
 
@@ -141,10 +144,19 @@ impl BatchPath {
                 .await
                 .map_err(connect_failed)?;
             let id = d.init_producer_id().await.map_err(connect_failed)?;
-            let last = d
-                .last_writers(&config.destination_topic, &ends)
-                .await
-                .map_err(connect_failed)?;
+            // Leaders move and topics appear: a few seconds of retries.
+            let mut attempts = 0;
+            let last = loop {
+                match d.last_writers(&config.destination_topic, &ends).await {
+                    Ok(last) => break last,
+                    Err(e) if e.is_retriable() && attempts < LAST_WRITER_ATTEMPTS => {
+                        attempts += 1;
+                        tracing::debug!(error = %e, "reading the destination's last batches again");
+                        tokio::time::sleep(RETRY_BACKOFF).await;
+                    }
+                    Err(e) => return Err(connect_failed(e)),
+                }
+            };
             Ok::<_, Stop>((d, id, last))
         })?;
         // Fetch responses are the engine's memory: the consumer's sizes (derived from the
