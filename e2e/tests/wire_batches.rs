@@ -636,3 +636,129 @@ async fn wire_asks_where_a_leader_epoch_ends() {
     );
     assert_eq!(ends[1].partition, 1);
 }
+
+/// A batch of `n` records of producer `(id, epoch)` from `base_sequence`, values tagged `tag`.
+fn sequenced_batch(tag: &str, n: i64, producer: (i64, i16), base_sequence: i32) -> Bytes {
+    let recs: Vec<_> = (0..n)
+        .map(|j| kmirror_wire::records::Record {
+            offset: j,
+            timestamp: 1_700_000_000_000 + j,
+            key: Some(Bytes::from(format!("k{j}"))),
+            value: Some(Bytes::from(format!("{tag}-{j}"))),
+            headers: vec![],
+        })
+        .collect();
+    kmirror_wire::records::encode_batch(
+        &recs,
+        Codec::None,
+        0,
+        kmirror_wire::records::BatchProducer {
+            producer_id: producer.0,
+            producer_epoch: producer.1,
+            base_sequence,
+        },
+    )
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_that_goes_on_as_the_last_batchs_producer_makes_the_broker_refuse_late_batches_of_the_one_before()
+ {
+    let bed = Testbed::get();
+    let topic = unique_name("wire-last-writer");
+    destination_topic(bed, &topic).await;
+    let dest = client(&mirror_config(bed)).await;
+    let opts = ProduceOptions::default();
+    let end = || async {
+        dest.list_offsets(&topic, &[(0, OffsetSpec::Latest)], Isolation::ReadUncommitted)
+            .await
+            .unwrap()[0]
+            .offset
+    };
+    // Nothing written yet: nothing to go on as.
+    let none = dest
+        .last_writers(&topic, &[(0, 0)].into_iter().collect())
+        .await
+        .unwrap();
+    assert!(none.is_empty(), "{none:?}");
+
+    // The writer before: 10 records, then two batches it still has under way (not yet sent).
+    let before = dest.init_producer_id().await.unwrap();
+    let id = (before.id, before.epoch);
+    let first = dest
+        .produce(&topic, 0, sequenced_batch("old", 10, id, 0), &opts)
+        .await
+        .unwrap();
+    assert_eq!(first.base_offset, 0);
+    let late_same = sequenced_batch("old", 10, id, 10);
+    let late_other = sequenced_batch("old", 4, id, 10);
+
+    // Its successor reads the last batch and goes on as that producer.
+    let writers = dest
+        .last_writers(&topic, &[(0, end().await)].into_iter().collect())
+        .await
+        .unwrap();
+    let w = writers[&0];
+    assert_eq!((w.producer, w.next_sequence), (before, 10), "{writers:?}");
+    let second = dest
+        .produce(
+            &topic,
+            0,
+            sequenced_batch("new", 10, (w.producer.id, w.producer.epoch), w.next_sequence),
+            &opts,
+        )
+        .await
+        .unwrap();
+    assert_eq!(second.base_offset, 10);
+    let third = dest
+        .produce(
+            &topic,
+            0,
+            sequenced_batch("new", 5, (w.producer.id, w.producer.epoch), 20),
+            &opts,
+        )
+        .await
+        .unwrap();
+    assert_eq!(third.base_offset, 20);
+    assert_eq!(end().await, 25);
+
+    // The late batches of the writer before arrive now: neither is appended.
+    let other = dest.produce(&topic, 0, late_other, &opts).await;
+    assert!(
+        matches!(&other, Err(WireError::Produce { error, .. })
+            if *error == KafkaCode::OUT_OF_ORDER_SEQUENCE_NUMBER),
+        "a late batch with an older sequence is refused: {other:?}"
+    );
+    // Same sequences as one of the successor's batches: answered as that duplicate, not
+    // appended (and at the offset the successor's batch has).
+    let same = dest.produce(&topic, 0, late_same, &opts).await.unwrap();
+    assert_eq!(same.base_offset, 10);
+    assert_eq!(end().await, 25, "nothing of the writer before was appended");
+
+    // Without the continuation (the successor a new producer), the late batch of the writer
+    // before is appended after the successor's records: what the continuation prevents.
+    let topic2 = unique_name("wire-last-writer-new");
+    destination_topic(bed, &topic2).await;
+    let old = dest.init_producer_id().await.unwrap();
+    let old = (old.id, old.epoch);
+    dest.produce(&topic2, 0, sequenced_batch("old", 10, old, 0), &opts)
+        .await
+        .unwrap();
+    let fresh = dest.init_producer_id().await.unwrap();
+    dest.produce(
+        &topic2,
+        0,
+        sequenced_batch("new", 3, (fresh.id, fresh.epoch), 0),
+        &opts,
+    )
+    .await
+    .unwrap();
+    let appended = dest
+        .produce(&topic2, 0, sequenced_batch("old", 10, old, 10), &opts)
+        .await
+        .unwrap();
+    assert_eq!(
+        appended.base_offset, 13,
+        "a late batch of the writer before lands after a new producer's records"
+    );
+}
