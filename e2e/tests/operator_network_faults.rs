@@ -31,7 +31,11 @@ fn steady_producer(source: ClientConfig, topic: String, stop: Arc<AtomicBool>) -
         let mut seed = 7000;
         let mut sent = 0u64;
         while !stop.load(Ordering::Relaxed) {
-            let large = if seed % 3 == 0 { PARTITIONS as usize } else { 0 };
+            let large = if seed % 3 == 0 {
+                PARTITIONS as usize
+            } else {
+                0
+            };
             let records = mixed_records(150, PARTITIONS, large, seed);
             produce_all(&source, &topic, &records, &[("acks", "all")]).expect("produce a burst");
             sent += records.len() as u64;
@@ -141,8 +145,14 @@ async fn pods_cut_off_past_their_lease_land_nothing_when_their_network_returns_f
     };
     // The node is lost: no network for either pod; one of them is frozen too, its writes
     // still queued; their objects go.
-    eprintln!("{}", faults::pod_net_cut(&s.ns, &running).expect("pod-net-cut"));
-    eprintln!("{}", faults::pod_net_cut(&s.ns, &frozen).expect("pod-net-cut"));
+    eprintln!(
+        "{}",
+        faults::pod_net_cut(&s.ns, &running).expect("pod-net-cut")
+    );
+    eprintln!(
+        "{}",
+        faults::pod_net_cut(&s.ns, &frozen).expect("pod-net-cut")
+    );
     eprintln!("{}", pod_freeze(&frozen_ip).expect("pod-freeze"));
     eprintln!("{}", faults::sigcont_broker(&broker).expect("sigcont"));
     assert!(
@@ -176,10 +186,7 @@ async fn pods_cut_off_past_their_lease_land_nothing_when_their_network_returns_f
         if running_ended_after.is_none() && !is_zombie(&s.ns, &running) {
             running_ended_after = Some(injected.elapsed());
         }
-        if replaced_after.is_some()
-            && frozen_replaced
-            && dest_total(&dest, &topic) > cut_at + 600
-        {
+        if replaced_after.is_some() && frozen_replaced && dest_total(&dest, &topic) > cut_at + 600 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
@@ -196,7 +203,10 @@ async fn pods_cut_off_past_their_lease_land_nothing_when_their_network_returns_f
     // are gone). A lost pod whose processes all ended has no network left to restore.
     for (name, ip) in [(&running, &running_ip), (&frozen, &frozen_ip)] {
         if is_zombie(&s.ns, name) {
-            eprintln!("{}", faults::verb(&["pod-net-restore", ip]).expect("restore"));
+            eprintln!(
+                "{}",
+                faults::verb(&["pod-net-restore", ip]).expect("restore")
+            );
         } else {
             eprintln!("{name}: its processes had ended before its network could return");
         }

@@ -670,9 +670,13 @@ async fn a_writer_that_goes_on_as_the_last_batchs_producer_makes_the_broker_refu
     let dest = client(&mirror_config(bed)).await;
     let opts = ProduceOptions::default();
     let end = || async {
-        dest.list_offsets(&topic, &[(0, OffsetSpec::Latest)], Isolation::ReadUncommitted)
-            .await
-            .unwrap()[0]
+        dest.list_offsets(
+            &topic,
+            &[(0, OffsetSpec::Latest)],
+            Isolation::ReadUncommitted,
+        )
+        .await
+        .unwrap()[0]
             .offset
     };
     // Nothing written yet: nothing to go on as.
@@ -704,7 +708,12 @@ async fn a_writer_that_goes_on_as_the_last_batchs_producer_makes_the_broker_refu
         .produce(
             &topic,
             0,
-            sequenced_batch("new", 10, (w.producer.id, w.producer.epoch), w.next_sequence),
+            sequenced_batch(
+                "new",
+                10,
+                (w.producer.id, w.producer.epoch),
+                w.next_sequence,
+            ),
             &opts,
         )
         .await

@@ -43,10 +43,7 @@ impl LastWriter {
                 id: header.producer_id,
                 epoch: header.producer_epoch,
             },
-            next_sequence: batch::next_sequence(
-                header.base_sequence,
-                header.last_offset_delta + 1,
-            ),
+            next_sequence: batch::next_sequence(header.base_sequence, header.last_offset_delta + 1),
         })
     }
 }
