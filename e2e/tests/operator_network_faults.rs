@@ -129,35 +129,40 @@ async fn pods_cut_off_past_their_lease_land_nothing_when_their_network_returns_f
     let (frozen_ip, frozen_uid) = ip_and_uid(&pods, &frozen);
 
     // Partition 1's destination leader stops reading for a moment (well within its session
-    // timeout, so it stays the leader): the frozen pod's next writes wait in its send queue.
+    // timeout, so it stays the leader): once its receive buffer is full, the frozen pod's next
+    // write — a batch with a record of about 1 MB — waits in the pod's send queue. The pod is
+    // frozen at once, before its request times out (a request given up on closes its
+    // connection abortively, and the kernel drops what it held).
     let leader = faults::offsets(Cluster::RDestination, &topic, 1)
         .expect("partition 1 on the destination")
         .leader;
     let broker = Cluster::RDestination.broker(leader);
     eprintln!("{}", faults::sigstop_broker(&broker).expect("sigstop"));
-    let queued_by = Instant::now() + Duration::from_secs(5);
+    let queued_by = Instant::now() + Duration::from_secs(3);
     let queued = loop {
         let (bytes, said) = pod_net_unsent(&frozen_ip).expect("pod-net-unsent");
-        if bytes > 0 || Instant::now() >= queued_by {
+        if bytes >= 100_000 || Instant::now() >= queued_by {
             break (bytes, said);
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    // The node is lost: no network for either pod; one of them is frozen too, its writes
-    // still queued; their objects go.
-    eprintln!(
-        "{}",
-        faults::pod_net_cut(&s.ns, &running).expect("pod-net-cut")
-    );
+    // The node is lost: the pod is frozen (a paused VM), then neither pod has a network; their
+    // objects go below.
+    eprintln!("{}", pod_freeze(&frozen_ip).expect("pod-freeze"));
     eprintln!(
         "{}",
         faults::pod_net_cut(&s.ns, &frozen).expect("pod-net-cut")
     );
-    eprintln!("{}", pod_freeze(&frozen_ip).expect("pod-freeze"));
+    eprintln!(
+        "{}",
+        faults::pod_net_cut(&s.ns, &running).expect("pod-net-cut")
+    );
     eprintln!("{}", faults::sigcont_broker(&broker).expect("sigcont"));
+    eprintln!("before the cut: {}", queued.1);
     assert!(
-        queued.0 > 0,
-        "the frozen pod has writes in its send queue while broker {broker} does not read: {}",
+        queued.0 >= 100_000,
+        "a write of the frozen pod waits in its send queue while broker {broker} does not read: \
+         {}",
         queued.1
     );
     let (still_queued, said) = pod_net_unsent(&frozen_ip).expect("pod-net-unsent");
