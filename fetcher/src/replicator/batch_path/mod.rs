@@ -2,8 +2,9 @@
 //! `kmirror-wire` client, plan each partition's entries (`batch_plan`), decide every record's
 //! destination offset with the same [`Cursor`](crate::cursor::Cursor) as the record engine (new
 //! map segments persisted before the records behind them), rewrite only the batch header for
-//! the destination and produce one batch per partition per request (`send`: in order, on one connection per partition, and
-//! nothing more after a failure until every earlier batch is accounted for). Every
+//! the destination and produce one batch per partition per request (`send`: in order, on one
+//! connection per partition, and nothing more after a failure until every earlier batch is
+//! accounted for). Every
 //! acknowledgement's base offset is checked against the one the batch had to get; a refusal
 //! stops the partition with the source offset.
 //!
@@ -174,11 +175,10 @@ impl BatchPath {
         tracing::info!(
             producer_id = producer.id,
             producer_epoch = producer.epoch,
-            continued = last_writers.len(),
             partitions = units.len(),
-            "batch engine connected; partitions whose destination ends in a batch of an \
-             idempotent producer go on as that producer, so that nothing the writer before had \
-             under way can be appended after this one's batches"
+            "batch engine connected ({continued} partitions go on as the producer of their \
+             destination's last batch)",
+            continued = last_writers.len()
         );
         for (p, w) in &last_writers {
             tracing::debug!(
