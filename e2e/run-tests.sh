@@ -7,8 +7,7 @@
 # idle and downloads while they compile; each part is skipped when its cached version matches.
 # The parts the tests wait for — the bed's Kafka jars, Kubernetes and helm; cargo-nextest — run
 # at nice 10; promtool and the Argo CD health runner (used by two suites that run last) and
-# cargo-deny with its check at nice 15; clippy at nice 19; whatever still runs when the tests
-# start drops to nice 19.
+# cargo-deny with its check at nice 15; whatever still runs when the tests start drops to nice 19.
 # docs/testing.md explains the steps, the runner, its groups and the two engine passes.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -94,14 +93,9 @@ prepare nextest 10 e2e/bed/cargo-tools.sh cargo-nextest
 prepare go-tools 15 e2e/bed/go-tools.sh all
 prepare deny 15 bash -c 'e2e/deny.sh && deploy/sbom.py "$CARGO_TARGET_DIR/sbom.cdx.json" --check'
 
-step "lint: rustfmt now, clippy in the background"
+step "lint"
 cargo fmt --all -- --check
-# clippy checks (without code generation) what the build compiles: in a target directory of its
-# own (the build would wait on this one's lock), at nice 19 — it takes the cores the build and
-# the tests leave idle, and its verdict is read at the end. Cold, its dependencies alone are
-# ten minutes of a core the tests need not wait for.
-prepare clippy 19 env CARGO_TARGET_DIR="$CARGO_TARGET_DIR/clippy" \
-  cargo clippy --workspace --all-targets -- -D warnings
+cargo clippy --workspace --all-targets -- -D warnings
 
 step "build"
 # One build for everything: the tests' helpers and the bed's node agent build the same way, so
@@ -141,8 +135,7 @@ KMIRROR_ENGINE=record e2e/nextest.sh run --profile record --workspace --no-fail-
   "${threads[@]}" || status=1
 e2e/slowest.py --count "$junit/default/junit.xml" "$junit/record/junit.xml" || true
 
-step "clippy, test tools, cargo-deny, SBOM"
-prepared clippy
+step "test tools, cargo-deny, SBOM"
 prepared go-tools
 prepared deny
 exit "$status"
