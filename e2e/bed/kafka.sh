@@ -17,6 +17,8 @@
 #                tokens carry sub=mirror (client kmirror-mirror) or sub=app (client kmirror-app)
 #   compat39     (up --compat) Kafka 3.9.1 KRaft, 39092 PLAINTEXT, 39093 controller
 #   compat28     (up --compat) Kafka 2.8.2 with ZooKeeper, 28092 PLAINTEXT, ZooKeeper 22181
+#   compat21     (up --compat) Kafka 2.1.1 with ZooKeeper (same server, chroot /kafka21), 21092
+#                PLAINTEXT, ACL authorizer that allows what no ACL names
 #
 # Jars are fetched once with Maven into $KM_CACHE/kafka/<version>/libs.
 
@@ -24,6 +26,7 @@ KAFKA_VERSION="${KMIRROR_KAFKA_VERSION:-4.1.1}"
 KAFKA_LOG4J2_VERSION="2.24.3"
 KAFKA_COMPAT39_VERSION="3.9.1"
 KAFKA_COMPAT28_VERSION="2.8.2"
+KAFKA_COMPAT21_VERSION="2.1.1"
 KAFKA_HEAP="${KMIRROR_BROKER_HEAP:-768m}"
 
 KAFKA_DIR="$KM_RUN/kafka"
@@ -89,6 +92,14 @@ kafka_provision_compat() {
     "org.apache.kafka:kafka_2.13:$KAFKA_COMPAT28_VERSION" \
     "log4j:log4j:1.2.17" \
     "org.slf4j:slf4j-log4j12:1.7.30"
+  # Kafka 2.1's own ZooKeeper client (3.4.13) cannot connect on Java 14 and later (it reads the
+  # server's address back from a string whose format changed); the 3.5 client the 2.8 broker
+  # uses speaks the same API. Only that library is swapped: the broker is 2.1.1's own.
+  kafka_fetch "$KAFKA_COMPAT21_VERSION" \
+    "org.apache.kafka:kafka_2.12:$KAFKA_COMPAT21_VERSION" \
+    "org.apache.zookeeper:zookeeper:3.5.9" \
+    "log4j:log4j:1.2.17" \
+    "org.slf4j:slf4j-log4j12:1.7.25"
 }
 
 # Logging configs: brokers log at INFO to their log file; tools only warn.
@@ -316,6 +327,21 @@ advertised.listeners=PLAINTEXT://127.0.0.1:28092
 EOF
 }
 
+# The oldest source kmirror supports. Its ACLs live in ZooKeeper (the authorizer of its day);
+# what no ACL names is allowed, so the tests need no credentials to create the ACLs they sync.
+kafka_compat21_props() {
+  kafka_common_props "$KAFKA_DIR/compat21/data"
+  cat <<EOF
+broker.id=0
+zookeeper.connect=127.0.0.1:22181/kafka21
+listeners=PLAINTEXT://127.0.0.1:21092
+advertised.listeners=PLAINTEXT://127.0.0.1:21092
+authorizer.class.name=kafka.security.auth.SimpleAclAuthorizer
+allow.everyone.if.no.acl.found=true
+super.users=User:ANONYMOUS
+EOF
+}
+
 # kafka_format NAME VERSION CLUSTER_ID [STORAGE TOOL ARGS...]: format the KRaft data dir once.
 kafka_format() {
   local name="$1" version="$2" cid="$3"; shift 3
@@ -415,11 +441,12 @@ kafka_up_compat() {
   kafka_provision_compat
   kafka_write_log_configs
   kafka_write_launchers
-  mkdir -p "$KAFKA_DIR/compat39" "$KAFKA_DIR/compat28/data" "$KAFKA_DIR/zookeeper/data"
+  mkdir -p "$KAFKA_DIR/compat39" "$KAFKA_DIR/compat28/data" "$KAFKA_DIR/compat21/data" \
+    "$KAFKA_DIR/zookeeper/data"
   kafka_compat39_props | write_file "$KAFKA_DIR/compat39/server.properties"
   kafka_format compat39 "$KAFKA_COMPAT39_VERSION" "$KAFKA_COMPAT39_ID"
   kafka_start compat39 "$KAFKA_COMPAT39_VERSION" 39092
-  if kafka_compat28_supported; then
+  if kafka_zookeeper_sources; then
     write_file "$KAFKA_DIR/zookeeper/zk.properties" <<EOF
 dataDir=$KAFKA_DIR/zookeeper/data
 clientPort=22181
@@ -429,27 +456,33 @@ admin.enableServer=false
 4lw.commands.whitelist=ruok
 EOF
     kafka_compat28_props | write_file "$KAFKA_DIR/compat28/server.properties"
+    kafka_compat21_props | write_file "$KAFKA_DIR/compat21/server.properties"
     if ! is_running zookeeper; then
       # ZooKeeper restores sessions from its snapshot and keeps their ephemeral nodes until they
       # time out, so a broker started right after a restart finds its own old /brokers/ids/0 and
-      # exits. The 2.8 source only holds topics the tests create per run: start both empty.
+      # exits. The old sources only hold topics the tests create per run: start all empty.
       is_running kafka-compat28 && stop_pid kafka-compat28 30
-      rm -rf "$KAFKA_DIR/zookeeper/data" "$KAFKA_DIR/compat28/data"
-      mkdir -p "$KAFKA_DIR/zookeeper/data" "$KAFKA_DIR/compat28/data"
+      is_running kafka-compat21 && stop_pid kafka-compat21 30
+      rm -rf "$KAFKA_DIR/zookeeper/data" "$KAFKA_DIR/compat28/data" "$KAFKA_DIR/compat21/data"
+      mkdir -p "$KAFKA_DIR/zookeeper/data" "$KAFKA_DIR/compat28/data" "$KAFKA_DIR/compat21/data"
       start_bg zookeeper "$KM_RUN/bin/kafka-java" "$KAFKA_COMPAT28_VERSION" 256m \
         org.apache.zookeeper.server.quorum.QuorumPeerMain "$KAFKA_DIR/zookeeper/zk.properties"
     fi
     wait_for "zookeeper on 127.0.0.1:22181" 60 zookeeper port_open 127.0.0.1 22181 || die "zookeeper did not start"
     kafka_start compat28 "$KAFKA_COMPAT28_VERSION" 28092
+    kafka_start compat21 "$KAFKA_COMPAT21_VERSION" 21092
   fi
   kafka_wait compat39 39092
-  if kafka_compat28_supported; then kafka_wait compat28 28092; fi
+  if kafka_zookeeper_sources; then
+    kafka_wait compat28 28092
+    kafka_wait compat21 21092
+  fi
 }
 
-# Kafka 2.8 predates Java 17 support; it is only started when it has been seen to work (the
-# check is a real start attempt the first time; KMIRROR_COMPAT28=0 disables it).
-kafka_compat28_supported() {
-  [ "${KMIRROR_COMPAT28:-1}" != 0 ]
+# The ZooKeeper-based sources (Kafka 2.8 and 2.1) predate Java 17 support and run on it all
+# the same; KMIRROR_ZOOKEEPER_SOURCES=0 leaves them (and ZooKeeper) out.
+kafka_zookeeper_sources() {
+  [ "${KMIRROR_ZOOKEEPER_SOURCES:-1}" != 0 ]
 }
 
 # Brokers by component name: NAME VERSION PORT HEAP. The replicated pair's nodes
@@ -461,6 +494,7 @@ kafka_broker_spec() {
     kafka-destination) echo "destination $KAFKA_VERSION 29092 $KAFKA_HEAP" ;;
     kafka-compat39) echo "compat39 $KAFKA_COMPAT39_VERSION 39092 $KAFKA_HEAP" ;;
     kafka-compat28) echo "compat28 $KAFKA_COMPAT28_VERSION 28092 $KAFKA_HEAP" ;;
+    kafka-compat21) echo "compat21 $KAFKA_COMPAT21_VERSION 21092 $KAFKA_HEAP" ;;
     kafka-r-source-[123] | kafka-r-destination-[123])
       local c="${1#kafka-}" n="${1##*-}"
       c="${c%-*}"
@@ -469,7 +503,7 @@ kafka_broker_spec() {
       local c="${1#kafka-}"
       c="${c%-controller}"
       echo "$c-controller $KAFKA_VERSION $(kafka_r_port "$c" 0 3) $KAFKA_R_CONTROLLER_HEAP" ;;
-    *) die "unknown broker $1 (kafka-source, kafka-destination, kafka-compat39, kafka-compat28, kafka-r-source-1..3, kafka-r-destination-1..3)" ;;
+    *) die "unknown broker $1 (kafka-source, kafka-destination, kafka-compat39, kafka-compat28, kafka-compat21, kafka-r-source-1..3, kafka-r-destination-1..3)" ;;
   esac
 }
 
@@ -528,18 +562,19 @@ export KMIRROR_SOURCE_SASL_SSL_PROPERTIES='$KAFKA_DIR/source-sasl-ssl.properties
 EOF
   if is_running kafka-compat39; then echo "export KMIRROR_COMPAT39_BOOTSTRAP='127.0.0.1:39092'"; fi
   if is_running kafka-compat28; then echo "export KMIRROR_COMPAT28_BOOTSTRAP='127.0.0.1:28092'"; fi
+  if is_running kafka-compat21; then echo "export KMIRROR_COMPAT21_BOOTSTRAP='127.0.0.1:21092'"; fi
 }
 
 kafka_status() {
   local n
-  for n in kafka-source kafka-destination oidc kafka-compat39 zookeeper kafka-compat28; do
+  for n in kafka-source kafka-destination oidc kafka-compat39 zookeeper kafka-compat28 kafka-compat21; do
     if is_running "$n"; then echo "$n: running (pid $(cat "$KM_PIDS/$n.pid"))"; else echo "$n: stopped"; fi
   done
 }
 
 kafka_down() {
   local n
-  for n in kafka-compat28 zookeeper kafka-compat39 oidc kafka-destination kafka-source; do
+  for n in kafka-compat21 kafka-compat28 zookeeper kafka-compat39 oidc kafka-destination kafka-source; do
     stop_pid "$n" 30
   done
   rm -rf "$KAFKA_DIR"
