@@ -571,11 +571,15 @@ async fn older_sources_mirror_at_identical_offsets() {
         "make test starts the 3.9 source (up --compat)"
     );
     assert!(v39.is_some(), "Kafka 3.9 reports topic IDs");
-    if bed.opt_var("KMIRROR_COMPAT28_BOOTSTRAP").is_some() {
-        // Kafka 2.8 may or may not report topic IDs; the identity check then rests on the
-        // cluster ID and the topic name. Either way mirroring must be exact.
-        let v28 = mirror_from_old_source(bed, "KMIRROR_COMPAT28_BOOTSTRAP").await;
-        eprintln!("Kafka 2.8 source topic ID: {v28:?}");
+    // Kafka 2.8 may or may not report topic IDs, 2.1 does not; the identity check then rests on
+    // the cluster ID and the topic name. Either way mirroring must be exact.
+    for var in ["KMIRROR_COMPAT28_BOOTSTRAP", "KMIRROR_COMPAT21_BOOTSTRAP"] {
+        assert!(
+            bed.opt_var(var).is_some(),
+            "make test starts the ZooKeeper-based sources (up --compat): {var}"
+        );
+        let id = mirror_from_old_source(bed, var).await;
+        eprintln!("{var}: source topic ID {id:?}");
     }
 }
 

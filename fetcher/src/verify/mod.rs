@@ -15,6 +15,9 @@ use kmirror_state::kafka_record::{RecordData, TimestampKind};
 use kmirror_state::offset_map::OffsetMap;
 use kmirror_state::quiet::QuietEof;
 
+mod old_formats;
+use old_formats::OldFormatReader;
+
 /// Mismatches listed in a report at most (counts are always complete).
 pub const MAX_LISTED: usize = 20;
 
@@ -73,9 +76,22 @@ impl Report {
     }
 }
 
-/// Reads one partition sequentially up to an end offset.
+/// Why a partition could not be verified.
+#[derive(Debug, thiserror::Error)]
+pub enum VerifyError {
+    /// Reading with librdkafka failed.
+    #[error(transparent)]
+    Read(#[from] KafkaError),
+    /// Reading a log in the message formats before v2 failed.
+    #[error("reading messages in the formats before v2: {0}")]
+    ReadOldFormats(String),
+}
+
+/// Reads one partition sequentially up to an end offset: with librdkafka, or with kmirror's
+/// wire client where the log starts with messages in the formats before v2.
 struct Reader {
     consumer: BaseConsumer<QuietEof>,
+    old_formats: Option<OldFormatReader>,
     /// Where reading starts.
     start: i64,
     end: i64,
@@ -92,7 +108,7 @@ impl Reader {
         isolation: Isolation,
         from: Option<i64>,
         timeout: Duration,
-    ) -> Result<Reader, KafkaError> {
+    ) -> Result<Reader, VerifyError> {
         let consumer: BaseConsumer<QuietEof> = side
             .config
             .clone()
@@ -105,26 +121,46 @@ impl Reader {
             .create_with_context(QuietEof)?;
         let (low, high) = consumer.fetch_watermarks(&side.topic, partition, timeout)?;
         let low = low.max(from.unwrap_or(low)).min(high);
-        let mut tpl = TopicPartitionList::new();
-        tpl.add_partition_offset(&side.topic, partition, Offset::Offset(low))?;
-        consumer.assign(&tpl)?;
+        let deadline = Instant::now() + timeout;
+        let old_formats = OldFormatReader::open(
+            &side.config,
+            &side.topic,
+            partition,
+            (low, high),
+            isolation,
+            deadline,
+        )
+        .map_err(VerifyError::ReadOldFormats)?;
+        if old_formats.is_none() {
+            let mut tpl = TopicPartitionList::new();
+            tpl.add_partition_offset(&side.topic, partition, Offset::Offset(low))?;
+            consumer.assign(&tpl)?;
+        }
         Ok(Reader {
             consumer,
+            old_formats,
             start: low,
             end: high,
             next: None,
             done: high <= low,
-            deadline: Instant::now() + timeout,
+            deadline,
         })
     }
 
     /// The next record below `end`, without consuming it.
-    fn peek(&mut self) -> Result<Option<&RecordData>, KafkaError> {
+    fn peek(&mut self) -> Result<Option<&RecordData>, VerifyError> {
+        if let Some(old) = &mut self.old_formats {
+            if self.next.is_none() && !self.done {
+                self.next = old.next().map_err(VerifyError::ReadOldFormats)?;
+                self.done = self.next.is_none();
+            }
+            return Ok(self.next.as_ref());
+        }
         while self.next.is_none() && !self.done {
             if Instant::now() > self.deadline {
-                return Err(KafkaError::MessageConsumption(
+                return Err(VerifyError::Read(KafkaError::MessageConsumption(
                     rdkafka::types::RDKafkaErrorCode::OperationTimedOut,
-                ));
+                )));
             }
             match self.consumer.poll(Duration::from_millis(500)) {
                 None => {}
@@ -141,7 +177,7 @@ impl Reader {
                         self.done = true;
                     }
                 }
-                Some(Err(e)) => return Err(e),
+                Some(Err(e)) => return Err(e.into()),
                 Some(Ok(m)) => {
                     use rdkafka::Message;
                     if m.offset() >= self.end {
@@ -189,7 +225,7 @@ pub fn verify_partition(
     map: &OffsetMap,
     isolation: Isolation,
     timeout: Duration,
-) -> Result<Report, KafkaError> {
+) -> Result<Report, VerifyError> {
     let mut src = Reader::open(source, partition, isolation, None, timeout)?;
     // Destination records before the copy of the source's first record are copies of records
     // the source no longer holds (retention): nothing to compare them with.
