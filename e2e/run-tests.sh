@@ -3,11 +3,13 @@
 # test against it with cargo-nextest, and stop the bed again if this run started it.
 #
 # What a cold machine must download and build besides the workspace starts at once in the
-# background, at a low CPU priority, so that it takes the cores lint and the cargo build leave
-# idle and downloads while they compile; each part is skipped when its cached version matches.
-# The parts the tests wait for — the bed's Kafka jars, Kubernetes and helm; cargo-nextest — run
-# at nice 10; promtool and the Argo CD health runner (used by two suites that run last) and
-# cargo-deny with its check at nice 15; whatever still runs when the tests start drops to nice 19.
+# background, each part skipped when its cached version matches. What the tests wait for first —
+# the bed's Kafka jars, Kubernetes and helm; cargo-nextest — runs at nice 10 beside the cargo
+# build. What only the end of the run needs — clippy (in a target directory of its own, so that
+# it never waits for the build's lock), promtool and the Argo CD health runner (used by two
+# suites that run last), cargo-deny with its check — runs at nice 19: it takes the cores the
+# build leaves idle, and above all the ones the tests leave idle while they wait on brokers and
+# leases. Whatever still runs when the tests start drops to nice 19.
 # docs/testing.md explains the steps, the runner, its groups and the two engine passes.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -47,7 +49,8 @@ min_free="${KMIRROR_MIN_FREE_GIB:-12}"
 step "disk: $(free_gib "$CARGO_TARGET_DIR") GiB free for $CARGO_TARGET_DIR, $(free_gib /tmp) GiB for /tmp"
 if (($(free_gib "$CARGO_TARGET_DIR") < min_free)); then
   echo "make test: less than $min_free GiB free; removing the target directory's incremental state" >&2
-  rm -rf "$CARGO_TARGET_DIR"/debug/incremental "$CARGO_TARGET_DIR"/release/incremental
+  rm -rf "$CARGO_TARGET_DIR"/debug/incremental "$CARGO_TARGET_DIR"/release/incremental \
+    "$CARGO_TARGET_DIR"/clippy/debug/incremental
   if (($(free_gib "$CARGO_TARGET_DIR") < min_free)); then
     echo "make test: still less than $min_free GiB free; removing the debug build ($(du -sh "$CARGO_TARGET_DIR/debug" 2>/dev/null | cut -f1))" >&2
     rm -rf "$CARGO_TARGET_DIR"/debug
@@ -90,12 +93,14 @@ prepare bed 10 e2e/testbed.sh provision --compat
 prepare nextest 10 e2e/bed/cargo-tools.sh cargo-nextest
 # promtool (alert rule tests) and the Argo CD health runner, built from their Go modules once
 # and cached under ~/.cache/kmirror; the two suites that use them run last and wait for them.
-prepare go-tools 15 e2e/bed/go-tools.sh all
-prepare deny 15 bash -c 'e2e/deny.sh && deploy/sbom.py "$CARGO_TARGET_DIR/sbom.cdx.json" --check'
+prepare go-tools 19 e2e/bed/go-tools.sh all
+prepare deny 19 bash -c 'e2e/deny.sh && deploy/sbom.py "$CARGO_TARGET_DIR/sbom.cdx.json" --check'
+# Warnings are errors; the run fails at the end if clippy does.
+prepare clippy 19 env CARGO_TARGET_DIR="$CARGO_TARGET_DIR/clippy" \
+  cargo clippy --workspace --all-targets -- -D warnings
 
-step "lint"
+step "lint: formatting (clippy runs in the background)"
 cargo fmt --all -- --check
-cargo clippy --workspace --all-targets -- -D warnings
 
 step "build"
 # One build for everything: the tests' helpers and the bed's node agent build the same way, so
@@ -135,7 +140,8 @@ KMIRROR_ENGINE=record e2e/nextest.sh run --profile record --workspace --no-fail-
   "${threads[@]}" || status=1
 e2e/slowest.py --count "$junit/default/junit.xml" "$junit/record/junit.xml" || true
 
-step "test tools, cargo-deny, SBOM"
+step "clippy, test tools, cargo-deny, SBOM"
+prepared clippy
 prepared go-tools
 prepared deny
 exit "$status"

@@ -87,7 +87,7 @@ fn produce_codec(source: &ClientConfig, topic: &str, c: usize, fallback: &str, s
         ("broker.version.fallback", fallback),
     ];
     let current = [("compression.type", codec), ("enable.idempotence", "false")];
-    let extra: &[(&str, &str)] = if c % 2 == 0 { &old } else { &current };
+    let extra: &[(&str, &str)] = if c.is_multiple_of(2) { &old } else { &current };
     produce_all(source, topic, &records(seed), extra)
         .unwrap_or_else(|e| panic!("{topic} {codec}: {e}"));
 }
@@ -443,21 +443,39 @@ async fn a_kafka_2_1_source_syncs_groups_and_acls_and_fails_over() {
         bed,
         &s.ns,
         &[
-            "failover", "dr", "--topic", &topic, "--wait", "--timeout", "3m",
+            "failover",
+            "dr",
+            "--topic",
+            &topic,
+            "--wait",
+            "--timeout",
+            "3m",
         ],
     );
     assert_eq!(code, 0, "failover from Kafka 2.1 failed:\n{out}");
-    eprintln!("graceful failover from Kafka 2.1 took {:?}", started.elapsed());
+    eprintln!(
+        "graceful failover from Kafka 2.1 took {:?}",
+        started.elapsed()
+    );
     stop.store(true, Ordering::Relaxed);
     producer.join().unwrap();
     let t = s.topic("t").await.unwrap();
-    assert!(all_partitions(&t, PartitionState::Stopped, PARTITIONS as usize));
+    assert!(all_partitions(
+        &t,
+        PartitionState::Stopped,
+        PARTITIONS as usize
+    ));
     let status = t.status.unwrap();
     let mirror = format!("{}/dr", s.ns);
     for p in &status.partitions {
         let lmo = p.last_mirrored_offset.expect("last mirrored offset");
         let dest_end = watermarks(&dest, &topic, p.partition).unwrap().1;
-        assert_eq!(dest_end, lmo + 1, "partition {}: the destination ends at the last mirrored offset", p.partition);
+        assert_eq!(
+            dest_end,
+            lmo + 1,
+            "partition {}: the destination ends at the last mirrored offset",
+            p.partition
+        );
         // Every source record up to the cut is on the destination at its offset; nothing else.
         let report = verify(
             bed,
@@ -478,17 +496,29 @@ async fn a_kafka_2_1_source_syncs_groups_and_acls_and_fails_over() {
         );
     }
     // The group resumes on the destination at its committed record.
-    assert_eq!(committed_offsets(&dest, &group, &topic, PARTITIONS), committed);
+    assert_eq!(
+        committed_offsets(&dest, &group, &topic, PARTITIONS),
+        committed
+    );
     let first: BTreeMap<i32, i64> = (0..PARTITIONS)
         .map(|p| {
             let records = read_all(&dest, &topic, p, "read_committed").unwrap();
             let source_records = read_all(&source, &topic, p, "read_committed").unwrap();
             let at = committed[&p];
             let (d, s) = (
-                records.iter().find(|r| r.offset == at).expect("destination record"),
-                source_records.iter().find(|r| r.offset == at).expect("source record"),
+                records
+                    .iter()
+                    .find(|r| r.offset == at)
+                    .expect("destination record"),
+                source_records
+                    .iter()
+                    .find(|r| r.offset == at)
+                    .expect("source record"),
             );
-            assert!(s.same_content(d), "partition {p}: record {at} is the source's");
+            assert!(
+                s.same_content(d),
+                "partition {p}: record {at} is the source's"
+            );
             (p, at)
         })
         .collect();
@@ -500,5 +530,63 @@ async fn a_kafka_2_1_source_syncs_groups_and_acls_and_fails_over() {
         async || app_may(&dest, &topic, Operation::Write),
     )
     .await;
+
+    // A failback would write into Kafka 2.1, which kmirror cannot: refused up front, naming the
+    // release, and nothing is written into the old cluster.
+    let ends = |config: &ClientConfig| -> Vec<i64> {
+        (0..PARTITIONS)
+            .map(|p| watermarks(config, &topic, p).unwrap().1)
+            .collect()
+    };
+    let source_ends = ends(&source);
+    let (code, out) = plugin(
+        bed,
+        &s.ns,
+        &[
+            "failback",
+            "dr",
+            "--topic",
+            &topic,
+            "--wait",
+            "--timeout",
+            "60s",
+        ],
+    );
+    assert_ne!(
+        code, 0,
+        "a failback into Kafka 2.1 must not succeed:\n{out}"
+    );
+    assert!(
+        out.contains("refuses")
+            && out.contains("DestinationUnsupported")
+            && out.contains("Kafka 2.1 or earlier")
+            && !out.contains("timed out"),
+        "the plugin stops at the refusal and says why:\n{out}"
+    );
+    let reverse = s.mirror("dr-failback").await.status.expect("status");
+    let reachable = reverse
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "DestinationReachable")
+        .expect("DestinationReachable");
+    assert_eq!(
+        (reachable.status.as_str(), reachable.reason.as_str()),
+        ("False", "DestinationUnsupported"),
+        "{reachable:?}"
+    );
+    assert!(
+        reachable.message.contains("Kafka 2.1 or earlier")
+            && reachable.message.contains("Kafka 3.0 or later"),
+        "{}",
+        reachable.message
+    );
+    let events = s.events("dr-failback").await;
+    assert!(
+        events
+            .iter()
+            .any(|(reason, _)| reason == "DestinationUnsupported"),
+        "{events:?}"
+    );
+    assert_eq!(ends(&source), source_ends, "nothing written into Kafka 2.1");
     s.cleanup().await;
 }

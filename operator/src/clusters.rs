@@ -34,6 +34,10 @@ pub struct Cluster {
     recent_id: Mutex<Option<(Option<String>, std::time::Instant)>>,
     /// When a describe last went unanswered (cleared by an answer).
     unanswered_at: Mutex<Option<std::time::Instant>>,
+    /// Why the cluster cannot be a destination (`Some(None)`: it can), once its brokers said.
+    destination_verdict: OnceLock<Option<String>>,
+    /// When its brokers were last asked for that without an answer.
+    destination_unjudged_at: Mutex<Option<std::time::Instant>>,
 }
 
 impl Cluster {
@@ -51,6 +55,8 @@ impl Cluster {
             key,
             recent_id: Mutex::new(None),
             unanswered_at: Mutex::new(None),
+            destination_verdict: OnceLock::new(),
+            destination_unjudged_at: Mutex::new(None),
         }
     }
 
@@ -68,6 +74,29 @@ impl Cluster {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .is_some_and(|at| at.elapsed() < within)
+    }
+
+    /// Why the cluster cannot be a destination, if it cannot (a Kafka release before 3.0),
+    /// asking its brokers until they answer once (at most once a minute while they do not:
+    /// reconciles must not wait on a cluster that is down).
+    pub async fn refused_as_destination(&self) -> Option<String> {
+        if let Some(verdict) = self.destination_verdict.get() {
+            return verdict.clone();
+        }
+        {
+            let mut at = self
+                .destination_unjudged_at
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            if at.is_some_and(|t| t.elapsed() < Duration::from_secs(60)) {
+                return None;
+            }
+            *at = Some(std::time::Instant::now());
+        }
+        match crate::destination_release::judge(&self.config).await {
+            Ok(verdict) => self.destination_verdict.get_or_init(|| verdict).clone(),
+            Err(crate::destination_release::Unjudged::NoAnswer) => None,
+        }
     }
 
     /// A Kafka error on this cluster.

@@ -14,6 +14,7 @@ pub mod config_fit;
 pub mod connection;
 pub mod context;
 pub mod controllers;
+pub mod destination_release;
 pub mod destination_topic;
 pub mod error;
 pub mod error_backoff;

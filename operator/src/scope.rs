@@ -155,6 +155,14 @@ impl MirrorScope {
         }
         let (destination, dest_version) = clusters.pop().expect("two clusters");
         let (source, source_version) = clusters.pop().expect("two clusters");
+        if let Some(message) = destination.refused_as_destination().await {
+            return Ok(Resolved::Unavailable(Unavailable {
+                reason: "DestinationUnsupported",
+                message,
+                requeue: Duration::from_secs(300),
+                event: None,
+            }));
+        }
         let scope = match MirrorScope::open(
             ctx,
             mirror,

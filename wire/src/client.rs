@@ -150,6 +150,22 @@ impl Client {
         }
     }
 
+    /// The request keys a broker of the cluster offers (the first one the metadata lists; the
+    /// bootstrap broker before metadata was read).
+    pub async fn broker_api_keys(&self) -> Result<std::collections::BTreeSet<i16>, WireError> {
+        let address = self
+            .metadata()
+            .brokers
+            .values()
+            .next()
+            .map(|b| format!("{}:{}", b.host, b.port))
+            .or_else(|| self.inner.config.bootstrap.first().cloned())
+            .ok_or_else(|| WireError::Metadata {
+                reason: "no broker known".into(),
+            })?;
+        Ok(self.connection(&address).await?.api_keys())
+    }
+
     /// A connection to `address`, reused while it works.
     pub(crate) async fn connection(&self, address: &str) -> Result<Arc<Connection>, WireError> {
         if self.is_fenced() {

@@ -343,6 +343,11 @@ impl Connection {
         self.shared.closed_reason()
     }
 
+    /// The request keys the broker offers (its ApiVersions answer).
+    pub fn api_keys(&self) -> std::collections::BTreeSet<i16> {
+        self.versions.keys().copied().collect()
+    }
+
     /// The version of `R` to use: the highest both sides speak, at most `cap`.
     pub fn version<R: Request>(&self, cap: i16) -> Result<i16, WireError> {
         let ours = client_max_version(R::KEY).min(cap).min(R::VERSIONS.max);

@@ -67,6 +67,7 @@ mod offsets;
 mod produce;
 mod properties;
 pub mod records;
+pub mod releases;
 mod sasl;
 mod scram;
 mod tls;

@@ -129,12 +129,7 @@ impl OldFormatReader {
 
 /// Fetches the range and sends it on decoded; the first response with an entry settles the
 /// probe (a v2 batch first: nothing more is read).
-async fn read(
-    config: WireConfig,
-    range: Range,
-    probe: SyncSender<Probe>,
-    out: SyncSender<Chunk>,
-) {
+async fn read(config: WireConfig, range: Range, probe: SyncSender<Probe>, out: SyncSender<Chunk>) {
     let mut probe = Some(probe);
     let fail = |probe: Option<SyncSender<Probe>>, why: String| match probe {
         Some(p) => drop(p.send(Probe::Failed(why))),
@@ -271,7 +266,10 @@ impl Transactions {
                 RawEntry::Batch(b) => {
                     out.first_is_old.get_or_insert(false);
                     let h = b.header;
-                    while aborted.last().is_some_and(|a| a.first_offset <= h.last_offset()) {
+                    while aborted
+                        .last()
+                        .is_some_and(|a| a.first_offset <= h.last_offset())
+                    {
                         let a = aborted.pop().expect("checked");
                         if !self.aborting.contains(&a.producer_id) {
                             self.aborting.push(a.producer_id);
@@ -279,7 +277,8 @@ impl Transactions {
                     }
                     let (_, records) = decode_batch(&b.bytes).map_err(|e| e.to_string())?;
                     if h.is_control() {
-                        if records.first().and_then(Record::control_type) == Some(ControlType::Abort)
+                        if records.first().and_then(Record::control_type)
+                            == Some(ControlType::Abort)
                         {
                             self.aborting.retain(|&id| id != h.producer_id);
                         }

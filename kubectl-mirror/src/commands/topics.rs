@@ -314,6 +314,13 @@ pub async fn follow(
         if progress.iter().all(Progress::complete) {
             return Ok(current.into_iter().map(|(t, _)| t).collect());
         }
+        let refused: Vec<String> = progress.iter().filter_map(Progress::refused).collect();
+        if !refused.is_empty() {
+            return Err(Error::failed(format!(
+                "the operator refuses {what}: {}",
+                refused.join("; ")
+            )));
+        }
         let now = Instant::now();
         if now >= deadline {
             let mut summary: Vec<String> = progress

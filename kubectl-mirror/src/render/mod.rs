@@ -883,6 +883,33 @@ orders               1           FAILED      5     -               -           -
             "x: waiting for the operator to report partitions"
         );
         assert!(!progress(&empty, PartitionState::Stopped, None).complete());
+        // No partition reported because the operator refuses the topic: the reason is shown.
+        let mut refused = with_status(topic("dr-y", "dr", "y"), vec![]);
+        refused.status.as_mut().unwrap().conditions = vec![condition(
+            "Ready",
+            "False",
+            "DestinationUnsupported",
+            "the destination's brokers are Kafka 2.1 or earlier",
+        )];
+        assert_eq!(
+            progress_line(
+                &progress(&refused, PartitionState::Mirroring, None),
+                PartitionState::Mirroring
+            ),
+            "y: waiting for the operator to report partitions (DestinationUnsupported: the \
+             destination's brokers are Kafka 2.1 or earlier)"
+        );
+        assert_eq!(
+            progress(&refused, PartitionState::Mirroring, None).refused(),
+            Some(
+                "y: DestinationUnsupported: the destination's brokers are Kafka 2.1 or earlier"
+                    .to_string()
+            )
+        );
+        assert_eq!(
+            progress(&empty, PartitionState::Stopped, None).refused(),
+            None
+        );
         let lmo = last_mirrored_table(&[&t]);
         assert!(
             lmo.starts_with("TOPIC    PARTITION   STATE     LAST-MIRRORED-OFFSET\n"),

@@ -20,9 +20,28 @@ pub struct Progress {
     pub lag: Option<i64>,
     /// The status describes an older spec than the one just written.
     pub stale: bool,
+    /// Why the topic is not ready: the reason and message of its `Ready` condition when that
+    /// is False.
+    pub not_ready: Option<(String, String)>,
 }
 
+/// `Ready` reasons that do not clear by waiting: a person must change something first.
+const REFUSALS: [&str; 4] = [
+    "DestinationUnsupported",
+    "ClusterIdMismatch",
+    "InvalidSpec",
+    "InvalidMirror",
+];
+
 impl Progress {
+    /// Why the operator refuses the topic, if it does (`reason: message`).
+    pub fn refused(&self) -> Option<String> {
+        self.not_ready
+            .as_ref()
+            .filter(|(reason, _)| REFUSALS.contains(&reason.as_str()))
+            .map(|(reason, message)| format!("{}: {reason}: {message}", self.label))
+    }
+
     /// Every partition reached the target (and the status is current).
     pub fn complete(&self) -> bool {
         !self.stale && self.total > 0 && self.done == self.total
@@ -55,13 +74,26 @@ pub fn progress(t: &MirrorTopic, target: PartitionState, generation: Option<i64>
             .collect(),
         lag: (!lags.is_empty()).then(|| lags.iter().sum()),
         stale,
+        not_ready: status
+            .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"))
+            .filter(|c| c.status == "False" && !c.message.is_empty())
+            .map(|c| (c.reason.clone(), one_line(&c.message))),
     }
 }
 
 /// One progress line, e.g. `orders: 3/6 partitions STOPPED, lag 120`.
 pub fn progress_line(p: &Progress, target: PartitionState) -> String {
     if p.total == 0 {
-        return format!("{}: waiting for the operator to report partitions", p.label);
+        let why = p
+            .not_ready
+            .as_ref()
+            .map_or(String::new(), |(reason, message)| {
+                format!(" ({reason}: {message})")
+            });
+        return format!(
+            "{}: waiting for the operator to report partitions{why}",
+            p.label
+        );
     }
     let mut line = format!("{}: {}/{} partitions {target}", p.label, p.done, p.total);
     if !p.failed.is_empty() {

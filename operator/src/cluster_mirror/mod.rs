@@ -78,7 +78,7 @@ async fn connect(ctx: &Context, cm: &ClusterMirror, side: &'static str) -> Side 
         }
         Err(e) => return side_failed("InvalidConnection", e.to_string()),
     };
-    let reach = match cluster.cluster_id(Duration::from_secs(10)).await {
+    let mut reach = match cluster.cluster_id(Duration::from_secs(10)).await {
         Err(e) => Reach {
             ok: false,
             reason: "Unreachable".into(),
@@ -102,6 +102,19 @@ async fn connect(ctx: &Context, cm: &ClusterMirror, side: &'static str) -> Side 
             },
         },
     };
+    // kmirror writes only into Kafka 3.0 or later: an older destination (a failback into a 2.x
+    // source) is refused here, naming its release.
+    if side == "destination"
+        && reach.ok
+        && let Some(message) = cluster.refused_as_destination().await
+    {
+        reach = Reach {
+            ok: false,
+            reason: "DestinationUnsupported".into(),
+            message,
+            id: reach.id,
+        };
+    }
     Side {
         reach,
         cluster: Some((cluster, secrets_version)),
