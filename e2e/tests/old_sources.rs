@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use kmirror_crds::v1alpha1::{MirrorTopic, PartitionState};
 use kmirror_e2e::Testbed;
-use kmirror_e2e::fetcher::{ensure_state_topic, target_dir, verify};
+use kmirror_e2e::fetcher::{engine, ensure_state_topic, target_dir, verify};
 use kmirror_e2e::kafka::{
     DestUser, TestRecord, app_acls, app_may, committed_offsets, consume_and_commit, create_topic,
     produce_all, read_all, topic_configs, unique_name, watermarks,
@@ -265,6 +265,11 @@ async fn old_formats_mirror_without_the_removed_config(old: OldSource, prefix: &
     let mut spec = Scenario::mirror_spec(bed);
     spec["source"] = json!({"bootstrapServers": bootstrap});
     spec["topics"] = json!({"include": [{"prefix": format!("{prefix}-")}]});
+    // The engine of the pass (`KMIRROR_ENGINE`, docs/testing.md): both read the source.
+    spec["fetcher"] = json!({"engine": match engine().as_str() {
+        "record" => "Record",
+        _ => "Batch",
+    }});
     s.apply_mirror("dr", spec).await;
     let mut names = Vec::new();
     for topic in &topics {
@@ -341,6 +346,60 @@ async fn kafka_2_8_topics_in_old_formats_mirror_without_the_removed_config() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kafka_2_1_topics_in_old_formats_mirror_without_the_removed_config() {
     old_formats_mirror_without_the_removed_config(KAFKA_2_1, "oldfmt21").await;
+}
+
+/// The record engine reads the source with librdkafka, which cannot read messages in the
+/// formats before v2 from Kafka 2.8 on: it stops before copying, naming the offset and the fix,
+/// and writes nothing (it used to stall every two minutes, and stamp the time of the copy on a
+/// v0 message it did read).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_record_engine_refuses_old_formats_from_kafka_2_8_naming_the_fix() {
+    let bed = Testbed::get();
+    let (bootstrap, source) = KAFKA_2_8.connect(bed);
+    ensure_state_topic(bed);
+    let s = Scenario::new(bed, "oldrec28").await;
+    let topic = unique_name("oldrec28");
+    create_topic(
+        &source,
+        &topic,
+        PARTITIONS,
+        &[("message.format.version", "0.10.2")],
+    )
+    .await
+    .unwrap();
+    produce_codec(&source, &topic, 1, "0.10.0", 7);
+    let _op = OperatorProcess::spawn(bed, &s.ns, &[]);
+    let mut spec = Scenario::mirror_spec(bed);
+    spec["source"] = json!({"bootstrapServers": bootstrap});
+    spec["fetcher"] = json!({"engine": "Record"});
+    s.apply_mirror("dr", spec).await;
+    s.apply_topic("t", json!({"mirror": "dr", "sourceTopic": topic}))
+        .await;
+    eventually(
+        "every partition's last error naming the format and the fix",
+        Duration::from_secs(90),
+        async || {
+            s.topic("t").await.and_then(|t| t.status).is_some_and(|st| {
+                st.partitions.len() == PARTITIONS as usize
+                    && st.partitions.iter().all(|p| {
+                        p.last_error.as_deref().is_some_and(|e| {
+                            e.contains("offset 0 is a message in format v1")
+                                && e.contains("spec.fetcher.engine: Batch")
+                        })
+                    })
+            })
+        },
+    )
+    .await;
+    let dest = bed.dest_config(DestUser::Admin);
+    for p in 0..PARTITIONS {
+        assert_eq!(
+            watermarks(&dest, &topic, p).unwrap().1,
+            0,
+            "partition {p}: nothing written"
+        );
+    }
+    s.cleanup().await;
 }
 
 /// Runs `kubectl mirror ARGS -n NS`; returns (exit code, stdout and stderr).

@@ -49,11 +49,11 @@ pub async fn judge(config: &ClientConfig) -> Result<Option<String>, Unjudged> {
         }
     };
     let keys = tokio::time::timeout(ASK_TIMEOUT, async {
-        Client::connect(wire).await?.broker_api_keys().await
+        Client::connect(wire).await?.broker_api_versions().await
     })
     .await;
     match keys {
-        Ok(Ok(keys)) => Ok(refusal(&keys)),
+        Ok(Ok(versions)) => Ok(refusal(&versions.into_keys().collect())),
         Ok(Err(e)) => {
             tracing::info!(error = %e, "the destination's brokers did not say which requests they offer");
             Err(Unjudged::NoAnswer)

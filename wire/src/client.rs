@@ -150,9 +150,11 @@ impl Client {
         }
     }
 
-    /// The request keys a broker of the cluster offers (the first one the metadata lists; the
-    /// bootstrap broker before metadata was read).
-    pub async fn broker_api_keys(&self) -> Result<std::collections::BTreeSet<i16>, WireError> {
+    /// The requests a broker of the cluster offers, key → (min, max) version (the first broker
+    /// the metadata lists; the bootstrap broker before metadata was read).
+    pub async fn broker_api_versions(
+        &self,
+    ) -> Result<std::collections::BTreeMap<i16, (i16, i16)>, WireError> {
         let address = self
             .metadata()
             .brokers
@@ -163,7 +165,7 @@ impl Client {
             .ok_or_else(|| WireError::Metadata {
                 reason: "no broker known".into(),
             })?;
-        Ok(self.connection(&address).await?.api_keys())
+        Ok(self.connection(&address).await?.api_versions())
     }
 
     /// A connection to `address`, reused while it works.

@@ -343,9 +343,9 @@ impl Connection {
         self.shared.closed_reason()
     }
 
-    /// The request keys the broker offers (its ApiVersions answer).
-    pub fn api_keys(&self) -> std::collections::BTreeSet<i16> {
-        self.versions.keys().copied().collect()
+    /// The requests the broker offers (its ApiVersions answer): key → (min, max) version.
+    pub fn api_versions(&self) -> std::collections::BTreeMap<i16, (i16, i16)> {
+        self.versions.iter().map(|(k, v)| (*k, *v)).collect()
     }
 
     /// The version of `R` to use: the highest both sides speak, at most `cap`.

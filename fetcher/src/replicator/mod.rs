@@ -37,6 +37,7 @@ mod finish;
 mod lease;
 mod limits;
 mod log_end;
+mod old_formats;
 mod poll_loop;
 mod position;
 mod prefix;

@@ -205,9 +205,9 @@ fn produce_batch(
         if let Some(h) = headers {
             record = record.headers(h);
         }
-        if let Some(ts) = timestamp {
-            record = record.timestamp(ts);
-        }
+        // A message without a timestamp (format v0) is copied without one, not stamped with
+        // the time of the copy (librdkafka stamps a record that sets none).
+        record = record.timestamp(timestamp.unwrap_or(-1));
         delivery::send(producer, units, handles, target, record)?;
         if let Some(t) = throttle.as_mut() {
             let mut wait = t.take(size, Instant::now());

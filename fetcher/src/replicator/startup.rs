@@ -206,6 +206,18 @@ impl<'a> Fetcher<'a> {
             }
             fetcher.batch = Some(path);
         } else {
+            let starts: Vec<(i32, i64)> = fetcher
+                .units
+                .iter()
+                .map(|(p, u)| (*p, u.cursor.next_src))
+                .collect();
+            if let Some(stop) = super::old_formats::unreadable_start(
+                &fetcher.source_wire,
+                &config.source_topic,
+                &starts,
+            ) {
+                return Err(stop);
+            }
             fetcher.assign_consumer()?;
         }
         for unit in fetcher.units.values_mut() {

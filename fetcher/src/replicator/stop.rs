@@ -273,6 +273,24 @@ pub enum Stop {
         /// How long nothing was read.
         seconds: u64,
     },
+    /// The record engine's source reader (librdkafka) cannot read the message where a
+    /// partition starts: a format before v2 in a Fetch response of v12 or later (Kafka 2.8 on).
+    #[error(
+        "{topic}[{partition}] offset {offset} is a message in format v{magic} (before v2), which the \
+         record engine cannot read from this source (librdkafka misreads old formats in the \
+         Fetch responses of Kafka 2.8 and later); use the batch engine (spec.fetcher.engine: \
+         Batch, the default), which reads them itself"
+    )]
+    OldFormatUnreadable {
+        /// The source topic.
+        topic: String,
+        /// The partition.
+        partition: i32,
+        /// The source offset of the message.
+        offset: i64,
+        /// Its format (0 or 1).
+        magic: i8,
+    },
     /// Deleting the prefix-alignment placeholders failed.
     #[error("deleting the placeholders of {topic}[{partition}] below offset {offset}: {source}")]
     DeleteRecords {
@@ -613,6 +631,7 @@ impl Stop {
             Stop::Stalled { .. } => StopReason::Error,
             Stop::StartInterrupted => StopReason::Error,
             Stop::SourceStalled { .. } => StopReason::Error,
+            Stop::OldFormatUnreadable { .. } => StopReason::Error,
             Stop::DeleteRecords { .. } => StopReason::Error,
             Stop::DeletePlaceholders { .. } => StopReason::Error,
             Stop::OffsetMapOrder { .. } => StopReason::Error,
@@ -781,6 +800,8 @@ mod tests {
                          "the source holds records up to 1800", "a restart reads on"]),
             (Stop::SourceStalled { topic: t(), partition: 2, next: 1130, high: None, seconds: 120 },
              R::Error, &["nothing read from orders[2]", "answers no watermark query"]),
+            (Stop::OldFormatUnreadable { topic: t(), partition: 1, offset: 0, magic: 1 },
+             R::Error, &["orders[1] offset 0 is a message in format v1", "spec.fetcher.engine: Batch"]),
             (Stop::DeleteRecords { topic: t(), partition: 0, offset: 300, source: kafka() },
              R::Error, &["placeholders of orders[0] below offset 300"]),
             (Stop::UnownedPartition { what: "delivery for", partition: 9 },

@@ -67,14 +67,20 @@ impl OldFormatReader {
         if from >= end {
             return Ok(None);
         }
-        // `config_map` masks secrets; `get` has the values.
-        let wire = WireConfig::from_pairs(
+        // `config_map` masks secrets; `get` has the values. Settings only librdkafka takes (a
+        // SASL mechanism the wire client lacks): librdkafka reads, as before.
+        let wire = match WireConfig::from_pairs(
             config
                 .config_map()
                 .into_keys()
                 .map(|k| (k, config.get(k).unwrap_or_default())),
-        )
-        .map_err(|e| format!("the client settings: {e}"))?;
+        ) {
+            Ok(wire) => wire,
+            Err(e) => {
+                tracing::warn!(error = %e, "{topic}[{partition}]: read with librdkafka only (messages in the formats before v2 cannot be read)");
+                return Ok(None);
+            }
+        };
         let range = Range {
             topic: topic.to_string(),
             partition,
@@ -137,7 +143,11 @@ async fn read(config: WireConfig, range: Range, probe: SyncSender<Probe>, out: S
     };
     let client = match Client::connect(config).await {
         Ok(c) => c,
-        Err(e) => return fail(probe, format!("connecting: {e}")),
+        Err(e) => {
+            // librdkafka may still reach it (and says so if it cannot).
+            tracing::warn!(error = %e, "{}[{}]: read with librdkafka only (messages in the formats before v2 cannot be read)", range.topic, range.partition);
+            return drop(probe.map(|p| p.send(Probe::Current)));
+        }
     };
     let options = FetchOptions {
         isolation: match range.isolation {
