@@ -603,3 +603,18 @@ pub async fn eventually<F: AsyncFnMut() -> bool>(what: &str, timeout: Duration, 
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
 }
+
+/// Runs `kubectl mirror ARGS -n NS` against the bed; returns (exit code, stdout, stderr).
+pub fn kubectl_mirror(bed: &Testbed, ns: &str, args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(crate::fetcher::target_dir().join("debug/kubectl-mirror"))
+        .args(args)
+        .args(["-n", ns])
+        .env("KUBECONFIG", bed.var("KUBECONFIG"))
+        .output()
+        .expect("run kubectl-mirror");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}

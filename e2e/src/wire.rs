@@ -18,11 +18,8 @@ use crate::kafka::{DestUser, create_topic};
 /// The same settings for the wire client. rdkafka's `config_map` masks secrets, so the values
 /// come from `get`.
 pub fn wire_config(c: &ClientConfig) -> WireConfig {
-    let pairs = c
-        .config_map()
-        .into_keys()
-        .map(|k| (k, c.get(k).unwrap_or_default()));
-    WireConfig::from_pairs(pairs).expect("the bed's client settings parse")
+    WireConfig::from_properties(&kmirror_state::connection::properties(c))
+        .expect("the bed's client settings parse")
 }
 
 /// A connected wire client; panics naming the bootstrap servers.

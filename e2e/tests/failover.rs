@@ -2,13 +2,12 @@
 //! and the `kubectl mirror` plugin.
 
 use std::collections::BTreeMap;
-use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use kmirror_crds::v1alpha1::PartitionState;
-use kmirror_e2e::fetcher::{ensure_state_topic, target_dir};
+use kmirror_e2e::fetcher::ensure_state_topic;
 use kmirror_e2e::kafka::{
     DestUser, TestRecord, app_acls, consume_and_commit, create_topic, mixed_records, produce_all,
     read_all, unique_name, watermarks,
@@ -29,19 +28,8 @@ use serde_json::json;
 
 const T: Duration = Duration::from_secs(15);
 
-/// Runs `kubectl mirror ...` against the bed; returns (exit code, stdout, stderr).
 fn plugin(bed: &Testbed, ns: &str, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(target_dir().join("debug/kubectl-mirror"))
-        .args(args)
-        .args(["-n", ns])
-        .env("KUBECONFIG", bed.var("KUBECONFIG"))
-        .output()
-        .expect("run kubectl-mirror");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    kmirror_e2e::operator::kubectl_mirror(bed, ns, args)
 }
 
 fn keep_producing(

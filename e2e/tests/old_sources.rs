@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use kmirror_crds::v1alpha1::{MirrorTopic, PartitionState};
 use kmirror_e2e::Testbed;
-use kmirror_e2e::fetcher::{engine, ensure_state_topic, target_dir, verify};
+use kmirror_e2e::fetcher::{engine, ensure_state_topic, verify};
 use kmirror_e2e::kafka::{
     DestUser, TestRecord, app_acls, app_may, committed_offsets, consume_and_commit, create_topic,
     produce_all, read_all, topic_configs, unique_name, watermarks,
@@ -404,20 +404,8 @@ async fn the_record_engine_refuses_old_formats_from_kafka_2_8_naming_the_fix() {
 
 /// Runs `kubectl mirror ARGS -n NS`; returns (exit code, stdout and stderr).
 fn plugin(bed: &Testbed, ns: &str, args: &[&str]) -> (i32, String) {
-    let out = std::process::Command::new(target_dir().join("debug/kubectl-mirror"))
-        .args(args)
-        .args(["-n", ns])
-        .env("KUBECONFIG", bed.var("KUBECONFIG"))
-        .output()
-        .expect("run kubectl-mirror");
-    (
-        out.status.code().unwrap_or(-1),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
+    let (code, out, err) = kmirror_e2e::operator::kubectl_mirror(bed, ns, args);
+    (code, format!("{out}{err}"))
 }
 
 /// From Kafka 2.1, the oldest source, a topic in message format 0.10.2: a consumer group's

@@ -35,13 +35,7 @@ pub enum Unjudged {
 /// destination kmirror can write into; also when the settings are ones only librdkafka takes,
 /// which nothing here can judge).
 pub async fn judge(config: &ClientConfig) -> Result<Option<String>, Unjudged> {
-    // `config_map` masks secrets; `get` has the values.
-    let wire = match WireConfig::from_pairs(
-        config
-            .config_map()
-            .into_keys()
-            .map(|k| (k, config.get(k).unwrap_or_default())),
-    ) {
+    let wire = match WireConfig::from_properties(&kmirror_state::connection::properties(config)) {
         Ok(wire) => wire,
         Err(e) => {
             tracing::info!(error = %e, "the destination's release is not checked: kmirror's own client does not take its settings");

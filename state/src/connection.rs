@@ -32,6 +32,16 @@ pub struct ClusterSettings {
     pub property_files: BTreeMap<String, PathBuf>,
 }
 
+/// Every property of `config` with its value — secrets included (`ClientConfig::config_map`
+/// masks them): for kmirror's wire client, which takes the same properties. Never log it.
+pub fn properties(config: &ClientConfig) -> BTreeMap<String, String> {
+    config
+        .config_map()
+        .into_keys()
+        .map(|k| (k.to_string(), config.get(k).unwrap_or_default().to_string()))
+        .collect()
+}
+
 impl std::fmt::Debug for ClusterSettings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let properties: BTreeMap<&str, &str> = self

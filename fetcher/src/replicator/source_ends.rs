@@ -37,11 +37,8 @@ pub(super) struct SourceWire {
 
 /// The wire settings of `config`'s cluster.
 pub(super) fn wire_config(config: &ClientConfig, side: Side) -> Result<WireConfig, Stop> {
-    let pairs = config
-        .config_map()
-        .into_keys()
-        .map(|k| (k, config.get(k).unwrap_or_default()));
-    WireConfig::from_pairs(pairs).map_err(|source| Stop::ConnectWire { side, source })
+    WireConfig::from_properties(&kmirror_state::connection::properties(config))
+        .map_err(|source| Stop::ConnectWire { side, source })
 }
 
 impl SourceWire {

@@ -67,14 +67,10 @@ impl OldFormatReader {
         if from >= end {
             return Ok(None);
         }
-        // `config_map` masks secrets; `get` has the values. Settings only librdkafka takes (a
-        // SASL mechanism the wire client lacks): librdkafka reads, as before.
-        let wire = match WireConfig::from_pairs(
-            config
-                .config_map()
-                .into_keys()
-                .map(|k| (k, config.get(k).unwrap_or_default())),
-        ) {
+        // Settings only librdkafka takes (a SASL mechanism the wire client lacks): librdkafka
+        // reads, as before.
+        let wire = match WireConfig::from_properties(&kmirror_state::connection::properties(config))
+        {
             Ok(wire) => wire,
             Err(e) => {
                 tracing::warn!(error = %e, "{topic}[{partition}]: read with librdkafka only (messages in the formats before v2 cannot be read)");
