@@ -67,10 +67,17 @@ done
 
 # prepare NAME NICE CMD...: CMD in the background, in its own process group, at nice NICE; its
 # output is kept for `prepared NAME`.
+#
+# A job in its own session is its own scheduling group where the kernel groups by session
+# (autogroup, /proc/sys/kernel/sched_autogroup_enabled): there a process's nice value weighs only
+# against its own group, and each group gets an equal share of the CPU — five background jobs
+# left the build a sixth of the cores, whatever their nice. So the job sets its group's nice
+# too (/proc/self/autogroup, from inside the new session), then runs at that nice.
 prepare() {
   local name="$1" niceness="$2"
   shift 2
-  setsid nice -n "$niceness" "$@" >"$prep/$name.log" 2>&1 </dev/null &
+  setsid bash -c 'echo "$1" >/proc/self/autogroup 2>/dev/null; n="$1"; shift; exec nice -n "$n" "$@"' \
+    _ "$niceness" "$@" >"$prep/$name.log" 2>&1 </dev/null &
   prep_pid[$name]=$!
   prep_t0[$name]=$SECONDS
 }
@@ -121,6 +128,7 @@ step "tests ($(free_gib "$CARGO_TARGET_DIR") GiB free for the build, $(free_gib 
 prepared nextest
 for name in "${!prep_pid[@]}"; do
   renice -n 19 -g "${prep_pid[$name]}" >/dev/null 2>&1 || true
+  echo 19 >"/proc/${prep_pid[$name]}/autogroup" 2>/dev/null || true
 done
 # Every test binary is built: the tests' own build helper (kmirror_e2e::fetcher::binary) need
 # not ask cargo again, once per test process.
