@@ -11,6 +11,7 @@
 #   destination  Kafka $KAFKA_VERSION KRaft combined node, StandardAuthorizer
 #                  29092 SASL_PLAINTEXT (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)
 #                  29094 SASL_PLAINTEXT (OAUTHBEARER: RS256 JWTs checked against the bed's JWKS)
+#                  29095 SASL_SSL (SCRAM-SHA-512; what the README's first mirror connects to)
 #                  29093 controller (SASL_PLAINTEXT, PLAIN, user admin)
 #                  users: admin (super user), mirror (fetchers), app (no ACLs)
 #   oidc         29096 an OAuth 2 token endpoint (client credentials; e2e/bed/oidc.py) whose
@@ -275,11 +276,11 @@ kafka_dest_props() {
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:29093
-listeners=SASL_PLAINTEXT://127.0.0.1:29092,CONTROLLER://127.0.0.1:29093,OAUTH://127.0.0.1:29094
-advertised.listeners=SASL_PLAINTEXT://127.0.0.1:29092,OAUTH://127.0.0.1:29094
+listeners=SASL_PLAINTEXT://127.0.0.1:29092,CONTROLLER://127.0.0.1:29093,OAUTH://127.0.0.1:29094,SASL_SSL://127.0.0.1:29095
+advertised.listeners=SASL_PLAINTEXT://127.0.0.1:29092,OAUTH://127.0.0.1:29094,SASL_SSL://127.0.0.1:29095
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=SASL_PLAINTEXT
-listener.security.protocol.map=CONTROLLER:SASL_PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,OAUTH:SASL_PLAINTEXT
+listener.security.protocol.map=CONTROLLER:SASL_PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,OAUTH:SASL_PLAINTEXT,SASL_SSL:SASL_SSL
 share.coordinator.state.topic.replication.factor=1
 share.coordinator.state.topic.min.isr=1
 sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512
@@ -292,6 +293,11 @@ listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config=org.apache.kafka.com
 listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
 listener.name.sasl_plaintext.sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512
 listener.name.oauth.sasl.enabled.mechanisms=OAUTHBEARER
+listener.name.sasl_ssl.sasl.enabled.mechanisms=SCRAM-SHA-512
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+ssl.keystore.type=PKCS12
+ssl.keystore.location=$KAFKA_PKI/server.p12
+ssl.keystore.password=$KAFKA_TLS_PASSWORD
 listener.name.oauth.oauthbearer.sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;
 listener.name.oauth.oauthbearer.sasl.server.callback.handler.class=org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler
 sasl.oauthbearer.jwks.endpoint.url=file://$KAFKA_PKI/jwks.json
@@ -434,6 +440,8 @@ kafka_up() {
   # A destination started by an older version of this script lacks the OAUTHBEARER listener.
   port_open 127.0.0.1 29094 ||
     log "warning: the destination has no OAUTHBEARER listener on 29094 (started with an older configuration); run: e2e/testbed.sh restart kafka-destination"
+  port_open 127.0.0.1 29095 ||
+    log "warning: the destination has no SASL_SSL listener on 29095 (started with an older configuration); run: e2e/testbed.sh restart kafka-destination"
   kafka_dest_acls
 }
 
@@ -517,6 +525,11 @@ kafka_start_one() {
   local name version port heap lines
   read -r name version port heap <<<"$(kafka_broker_spec "$1")"
   lines=$(wc -l <"$KM_LOGS/kafka-$name.log" 2>/dev/null || echo 0)
+  # A restart runs the bed's current configuration (a listener added since `up` appears).
+  case "$name" in
+    source) kafka_source_props | write_file "$KAFKA_DIR/source/server.properties" ;;
+    destination) kafka_dest_props | write_file "$KAFKA_DIR/destination/server.properties" ;;
+  esac
   local opts="${KMIRROR_KAFKA_JVM_OPTS:-}"
   case "$name" in r-*) opts="$KAFKA_R_JVM_OPTS" ;; esac
   KAFKA_HEAP="$heap" KMIRROR_KAFKA_JVM_OPTS="$opts" kafka_start "$name" "$version" "$port"
@@ -539,6 +552,7 @@ export KMIRROR_SOURCE_SASL_SSL_BOOTSTRAP='127.0.0.1:19094'
 export KMIRROR_SOURCE_MTLS_BOOTSTRAP='127.0.0.1:19095'
 export KMIRROR_DEST_BOOTSTRAP='127.0.0.1:29092'
 export KMIRROR_DEST_OAUTH_BOOTSTRAP='127.0.0.1:29094'
+export KMIRROR_DEST_SASL_SSL_BOOTSTRAP='127.0.0.1:29095'
 export KMIRROR_OIDC_TOKEN_URL='http://127.0.0.1:$KAFKA_OIDC_PORT/token'
 export KMIRROR_OIDC_MIRROR_CLIENT_ID='kmirror-mirror'
 export KMIRROR_OIDC_MIRROR_CLIENT_SECRET='$KAFKA_OIDC_MIRROR_SECRET'
