@@ -5,6 +5,7 @@
 //! or starts one with `e2e/testbed.sh up`, then reads the bed's `env` exports.
 
 pub mod crds;
+pub mod docs;
 pub mod faults;
 pub mod fetcher;
 pub mod kafka;
