@@ -678,3 +678,146 @@ fn the_readme_names_the_printer_columns_kubectl_shows() {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Links
+
+/// GitHub's anchor of a heading: lower case, punctuation other than `-` and `_` dropped,
+/// spaces as `-`.
+fn anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The anchors of a markdown file's headings (outside code blocks), with GitHub's `-1`, `-2`
+/// suffixes for repeated headings.
+fn anchors(markdown: &str) -> std::collections::BTreeSet<String> {
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    let mut out = std::collections::BTreeSet::new();
+    let mut in_code = false;
+    for line in markdown.lines() {
+        if line.trim_start().starts_with("```") {
+            in_code = !in_code;
+            continue;
+        }
+        if in_code || !line.starts_with('#') {
+            continue;
+        }
+        let a = anchor(line.trim_start_matches('#'));
+        let n = seen.entry(a.clone()).or_default();
+        out.insert(if *n == 0 {
+            a.clone()
+        } else {
+            format!("{a}-{n}")
+        });
+        *n += 1;
+    }
+    out
+}
+
+/// The relative link targets of a markdown text, `[text](target)`, outside code blocks.
+fn relative_links(markdown: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut in_code = false;
+    for line in markdown.lines() {
+        if line.trim_start().starts_with("```") {
+            in_code = !in_code;
+            continue;
+        }
+        if in_code {
+            continue;
+        }
+        let mut rest = line;
+        while let Some(i) = rest.find("](") {
+            let after = &rest[i + 2..];
+            let Some(end) = after.find(')') else { break };
+            let target = &after[..end];
+            if !target.contains("://") && !target.starts_with("mailto:") {
+                out.push(target.to_string());
+            }
+            rest = &after[end..];
+        }
+    }
+    out
+}
+
+#[test]
+fn anchors_and_links_are_read_as_github_does() {
+    assert_eq!(
+        anchor(" Failover and failback runbook"),
+        "failover-and-failback-runbook"
+    );
+    assert_eq!(anchor(" Scale (`make scale`)"), "scale-make-scale");
+    assert_eq!(anchor(" `kubectl mirror` plugin"), "kubectl-mirror-plugin");
+    let a = anchors("# A\n```sh\n# not a heading\n```\n## A\n");
+    assert_eq!(a.into_iter().collect::<Vec<_>>(), ["a", "a-1"]);
+    assert_eq!(
+        relative_links("see [x](docs/a.md#b) and [y](https://e.org) `[z](c.md)`\n```\n[q](r)\n```"),
+        ["docs/a.md#b", "c.md"]
+    );
+}
+
+/// Every relative link of the markdown files a user reads points at a file that exists and,
+/// with `#anchor`, at a heading of it.
+#[test]
+fn every_relative_link_of_the_docs_resolves() {
+    let root = repo_root();
+    let mut files: Vec<PathBuf> = INSTALL_DOCS
+        .iter()
+        .chain(OTHER_DOCS.iter())
+        .chain(["bench/README.md", "e2e/README.md"].iter())
+        .map(|f| root.join(f))
+        .filter(|p| p.exists())
+        .collect();
+    for entry in std::fs::read_dir(root.join("docs")).unwrap() {
+        let p = entry.unwrap().path();
+        if p.extension().is_some_and(|e| e == "md") && !files.contains(&p) {
+            files.push(p);
+        }
+    }
+    let mut problems = Vec::new();
+    let mut checked = 0;
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap();
+        let dir = file.parent().unwrap();
+        for target in relative_links(&text) {
+            let (path, fragment) = match target.split_once('#') {
+                Some((p, f)) => (p, Some(f)),
+                None => (target.as_str(), None),
+            };
+            let resolved = if path.is_empty() {
+                file.clone()
+            } else {
+                dir.join(path)
+            };
+            let shown = file.strip_prefix(&root).unwrap().display().to_string();
+            checked += 1;
+            if !resolved.exists() {
+                problems.push(format!("{shown}: ({target}): no such file"));
+                continue;
+            }
+            if let Some(fragment) = fragment
+                && resolved.extension().is_some_and(|e| e == "md")
+            {
+                let headings = anchors(&std::fs::read_to_string(&resolved).unwrap());
+                if !headings.contains(fragment) {
+                    problems.push(format!("{shown}: ({target}): no heading #{fragment}"));
+                }
+            }
+        }
+    }
+    assert!(checked >= 20, "only {checked} links found");
+    assert!(
+        problems.is_empty(),
+        "broken links:\n{}",
+        problems.join("\n")
+    );
+}
