@@ -1167,19 +1167,35 @@ async fn status_watch_prints_a_block_per_change() {
     scenario("kmp-watch", |s| async move {
         s.apply_mirror("dr", simple_mirror()).await;
         s.apply_topic("dr-orders", topic_spec("dr", "orders")).await;
-        set_topic_status(&s, "dr-orders", json!({"partitions": [part(0, "PREPARING")]})).await;
-        let mut child = command(&plugin(), &s.ns, &["status", "dr", "--watch"]).spawn().unwrap();
+        set_topic_status(
+            &s,
+            "dr-orders",
+            json!({"partitions": [part(0, "PREPARING")]}),
+        )
+        .await;
+        let mut child = command(&plugin(), &s.ns, &["status", "dr", "--watch"])
+            .spawn()
+            .unwrap();
         let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
         let mut out = String::new();
-        read_until(&mut lines, &mut out, |o| has_row(o, &["orders", "0", "PREPARING"])).await;
+        read_until(&mut lines, &mut out, |o| {
+            has_row(o, &["orders", "0", "PREPARING"])
+        })
+        .await;
         set_topic_status(
             &s,
             "dr-orders",
             json!({"partitions": [with(part(0, "MIRRORING"), json!({"lag": 0}))]}),
         )
         .await;
-        read_until(&mut lines, &mut out, |o| has_row(o, &["orders", "0", "MIRRORING"])).await;
-        assert!(child.try_wait().unwrap().is_none(), "--watch goes on until interrupted");
+        read_until(&mut lines, &mut out, |o| {
+            has_row(o, &["orders", "0", "MIRRORING"])
+        })
+        .await;
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "--watch goes on until interrupted"
+        );
         child.start_kill().unwrap();
         // Not a terminal: every block is appended after a timestamp line.
         let stamps: Vec<usize> = out
@@ -1189,9 +1205,16 @@ async fn status_watch_prints_a_block_per_change() {
             .map(|(i, _)| i)
             .collect();
         assert!(stamps.len() >= 2 && stamps[0] == 0, "{out}");
-        let last = out.lines().skip(*stamps.last().unwrap()).collect::<Vec<_>>().join("\n");
+        let last = out
+            .lines()
+            .skip(*stamps.last().unwrap())
+            .collect::<Vec<_>>()
+            .join("\n");
         assert!(!has_row(&last, &["orders", "0", "PREPARING"]), "{out}");
-        assert!(out.find("PREPARING").unwrap() < out.find("MIRRORING").unwrap(), "{out}");
+        assert!(
+            out.find("PREPARING").unwrap() < out.find("MIRRORING").unwrap(),
+            "{out}"
+        );
     })
     .await;
 }
