@@ -597,7 +597,7 @@ async fn failover_wait_times_out_with_failed_partitions_reported() {
             ],
         )
         .await;
-        assert_eq!(run.code, 1, "{run:#?}");
+        assert_eq!(run.code, 3, "timed out: {run:#?}");
         assert!(
             started.elapsed() < Duration::from_secs(30),
             "{:?}",
@@ -868,7 +868,7 @@ async fn failback_wait_reports_divergence_then_resolve_and_mirroring() {
         )
         .await;
         let run = waiter.await.unwrap();
-        assert_eq!(run.code, 1, "{run:#?}");
+        assert_eq!(run.code, 5, "divergence: {run:#?}");
         assert!(
             run.stdout.contains(
                 "orders[0]: offsets 11–30 (20 records) were written to the old source after the \
@@ -1015,7 +1015,7 @@ async fn pause_resume_retry_and_resolve_patch_their_fields() {
             .await
             .ok();
         let refused = mirror_cmd(ns, &["pause", "dr", "--topic", "audit"]).await;
-        assert_eq!(refused.code, 1, "{refused:#?}");
+        assert_eq!(refused.code, 4, "{refused:#?}");
         assert!(
             refused.stderr.contains("MirrorTopic \"dr-audit\"")
                 && refused.stderr.contains("a Stopped topic cannot be Paused"),
@@ -1139,6 +1139,146 @@ async fn runs_as_kubectl_mirror() {
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(out.status.success(), "{out:?}");
         assert!(stdout.contains(&format!("MIRROR {}/dr ", s.ns)), "{stdout}");
+    })
+    .await;
+}
+
+/// Reads `lines` into `out` until `done(out)` holds; panics after 30 s.
+async fn read_until<R: tokio::io::AsyncBufRead + Unpin>(
+    lines: &mut tokio::io::Lines<R>,
+    out: &mut String,
+    done: impl Fn(&str) -> bool,
+) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !done(out) {
+        match tokio::time::timeout_at(deadline, lines.next_line()).await {
+            Ok(Ok(Some(l))) => {
+                out.push_str(&l);
+                out.push('\n');
+            }
+            other => panic!("the expected output did not come ({other:?}):\n{out}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn status_watch_prints_a_block_per_change() {
+    use tokio::io::AsyncBufReadExt;
+    scenario("kmp-watch", |s| async move {
+        s.apply_mirror("dr", simple_mirror()).await;
+        s.apply_topic("dr-orders", topic_spec("dr", "orders")).await;
+        set_topic_status(
+            &s,
+            "dr-orders",
+            json!({"partitions": [part(0, "PREPARING")]}),
+        )
+        .await;
+        let mut child = command(&plugin(), &s.ns, &["status", "dr", "--watch"])
+            .spawn()
+            .unwrap();
+        let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut out = String::new();
+        read_until(&mut lines, &mut out, |o| {
+            has_row(o, &["orders", "0", "PREPARING"])
+        })
+        .await;
+        set_topic_status(
+            &s,
+            "dr-orders",
+            json!({"partitions": [with(part(0, "MIRRORING"), json!({"lag": 0}))]}),
+        )
+        .await;
+        read_until(&mut lines, &mut out, |o| {
+            has_row(o, &["orders", "0", "MIRRORING"])
+        })
+        .await;
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "--watch goes on until interrupted"
+        );
+        child.start_kill().unwrap();
+        // Not a terminal: every block is appended after a timestamp line.
+        let stamps: Vec<usize> = out
+            .lines()
+            .enumerate()
+            .filter(|(_, l)| l.starts_with("# 20") && l.ends_with('Z'))
+            .map(|(i, _)| i)
+            .collect();
+        assert!(stamps.len() >= 2 && stamps[0] == 0, "{out}");
+        let last = out
+            .lines()
+            .skip(*stamps.last().unwrap())
+            .collect::<Vec<_>>()
+            .join("\n");
+        assert!(!has_row(&last, &["orders", "0", "PREPARING"]), "{out}");
+        assert!(
+            out.find("PREPARING").unwrap() < out.find("MIRRORING").unwrap(),
+            "{out}"
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn exit_codes_tell_timeout_refusal_and_divergence_apart() {
+    scenario("kmp-codes", |s| async move {
+        let ns = s.ns.clone();
+        s.apply_mirror("dr", simple_mirror()).await;
+        s.apply_topic(
+            "dr-orders",
+            json!({"mirror": "dr", "sourceTopic": "orders", "failover": {"drainTimeout": "10s"}}),
+        )
+        .await;
+        s.apply_topic("dr-bad", topic_spec("dr", "bad")).await;
+        set_topic_status(&s, "dr-orders", json!({"partitions": [part(0, "MIRRORING")]})).await;
+        set_topic_status(
+            &s,
+            "dr-bad",
+            json!({"conditions": [{"type": "Ready", "status": "False", "reason": "InvalidSpec",
+                "message": "spec.destinationTopic: must differ", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}),
+        )
+        .await;
+
+        // --wait on pause (new): the default timeout comes from the topic's drain timeout.
+        let child = command(&plugin(), &ns, &["pause", "dr", "--topic", "orders", "--wait"])
+            .spawn()
+            .unwrap();
+        let waiter = tokio::spawn(finish(child));
+        let t = s
+            .wait_topic("dr-orders", "spec.state Paused", Duration::from_secs(30), |t| {
+                t.spec.state == DesiredState::Paused
+            })
+            .await;
+        set_topic_status(
+            &s,
+            "dr-orders",
+            json!({"observedGeneration": t.metadata.generation, "partitions": [part(0, "PAUSED")]}),
+        )
+        .await;
+        let run = waiter.await.unwrap();
+        run.ok();
+        assert!(run.stdout.contains("waiting up to 1m20s"), "{run:#?}");
+        assert!(run.stdout.contains("orders: 1/1 partitions PAUSED"), "{run:#?}");
+
+        // 3: timed out; the change goes on.
+        let run = mirror_cmd(&ns, &["resume", "dr", "--topic", "orders", "--wait", "--timeout", "1s"]).await;
+        assert_eq!(run.code, 3, "{run:#?}");
+        assert!(
+            run.stderr.contains("timed out after 1s") && run.stderr.contains("may still complete"),
+            "{run:#?}"
+        );
+        // 4: the operator refuses the topic, the API server refuses the change, RBAC forbids it.
+        let run = mirror_cmd(&ns, &["failover", "dr", "--topic", "bad", "--wait", "--timeout", "30s"]).await;
+        assert_eq!(run.code, 4, "{run:#?}");
+        assert!(run.stderr.contains("InvalidSpec"), "{run:#?}");
+        let run = mirror_cmd(&ns, &["pause", "dr", "--topic", "bad"]).await;
+        assert_eq!(run.code, 4, "{run:#?}");
+        assert!(run.stderr.contains("a Stopped topic cannot be Paused"), "{run:#?}");
+        let run = mirror_cmd(&ns, &["--as", "nobody", "pause", "dr", "--all"]).await;
+        assert_eq!(run.code, 4, "{run:#?}");
+        assert!(run.stderr.contains("forbidden"), "{run:#?}");
+        // 2: usage.
+        assert_eq!(mirror_cmd(&ns, &["pause", "dr", "--wait", "--dry-run", "--all"]).await.code, 2);
     })
     .await;
 }
@@ -1369,10 +1509,10 @@ async fn verify_runs_the_verifier_against_the_real_clusters() {
         assert_eq!(reports[0]["partition"], 1);
         assert_eq!(reports[0]["matched"], 25);
 
-        // A record only the source has is a mismatch: exit 1.
+        // A record only the source has is a mismatch: exit 5.
         produce_same(&bed.source_config(), &topic_name, 1, 26);
         let run = mirror_cmd(&ns, &["verify", "dr", "--topic", &topic_name]).await;
-        assert_eq!(run.code, 1, "{run:#?}");
+        assert_eq!(run.code, 5, "{run:#?}");
         assert!(has_row(&run.stdout, &[&topic_name, "0", "MISMATCH"]), "{run:#?}");
         assert!(run.stderr.contains("verification of") && run.stderr.contains("mismatches"), "{run:#?}");
 

@@ -371,7 +371,7 @@ async fn dry_run_changes_nothing_but_the_api_server_still_checks() {
         s.patch_topic("dr-audit", json!({"state": "Stopped"})).await;
         let audit = version(&topic(&s, "dr-audit").await);
         let run = mirror_cmd(&ns, &["pause", "dr", "--topic", "audit", "--dry-run"]).await;
-        assert_eq!(run.code, 1, "{run:#?}");
+        assert_eq!(run.code, 4, "refused: {run:#?}");
         assert!(
             run.stderr.contains("a Stopped topic cannot be Paused"),
             "{run:#?}"
@@ -454,7 +454,7 @@ async fn impersonation_meets_the_rbac_of_the_bed() {
             let mut args = vec!["--as", viewer.as_str(), "failover", "dr", "--all"];
             args.extend_from_slice(extra);
             let run = mirror_cmd(&ns, &args).await;
-            assert_eq!(run.code, 1, "{run:#?}");
+            assert_eq!(run.code, 4, "refused: {run:#?}");
             assert!(
                 run.stderr.contains(&format!(
                     "User \"{viewer}\" cannot patch resource \"mirrortopics\" in API group \
@@ -470,7 +470,7 @@ async fn impersonation_meets_the_rbac_of_the_bed() {
 
         // A user without any grant cannot even list.
         let run = mirror_cmd(&ns, &["--as", "nobody", "status"]).await;
-        assert_eq!(run.code, 1, "{run:#?}");
+        assert_eq!(run.code, 4, "refused: {run:#?}");
         assert!(
             run.stderr
                 .contains("User \"nobody\" cannot list resource \"clustermirrors\""),
@@ -479,7 +479,7 @@ async fn impersonation_meets_the_rbac_of_the_bed() {
 
         // The group grants what the user alone lacks.
         let run = mirror_cmd(&ns, &["--as", "alice", "pause", "dr", "--all"]).await;
-        assert_eq!(run.code, 1, "{run:#?}");
+        assert_eq!(run.code, 4, "refused: {run:#?}");
         mirror_cmd(
             &ns,
             &[

@@ -599,9 +599,9 @@ async fn a_kafka_2_1_source_syncs_groups_and_acls_and_fails_over() {
             "60s",
         ],
     );
-    assert_ne!(
-        code, 0,
-        "a failback into Kafka 2.1 must not succeed:\n{out}"
+    assert_eq!(
+        code, 4,
+        "a failback into Kafka 2.1 is refused (exit code 4):\n{out}"
     );
     assert!(
         out.contains("refuses")

@@ -6,8 +6,28 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use kmirror_crds::v1alpha1::DivergencePolicy;
 
-/// The JSON/YAML document `status -o json|yaml` prints (also in the crate's README).
-pub const STATUS_SHAPE: &str = r#"Output shape of -o json / -o yaml (every key is always present; absent values are null):
+/// The exit codes as `--help` shows them (also in the crate's README), as a literal for
+/// `concat!`.
+macro_rules! exit_codes {
+    () => {
+        "Exit codes:
+  0  success (also for --dry-run and --print-patch, and when only warnings were printed)
+  1  another error: an object not found, the API server unreachable, a failed request
+  2  wrong usage: unknown flag or command, missing or conflicting arguments
+  3  --wait timed out: the change is made and may still complete (follow it with
+     `kubectl mirror status MIRROR --watch`)
+  4  refused: by the operator (Ready reason DestinationUnsupported, ClusterIdMismatch,
+     InvalidSpec or InvalidMirror), by the API server's rules (invalid) or by RBAC (forbidden)
+  5  divergence: verify found missing, different or extra records; failback --wait found
+     records written to the old source after the last mirrored offset"
+    };
+}
+
+/// The JSON/YAML document `status -o json|yaml` prints (also in the crate's README), as a
+/// literal for `concat!`.
+macro_rules! status_shape {
+    () => {
+        r#"Output shape of -o json / -o yaml (every key is always present; absent values are null):
 
   {
     "mirrors": [{
@@ -42,7 +62,12 @@ pub const STATUS_SHAPE: &str = r#"Output shape of -o json / -o yaml (every key i
 
 partitionCounts are counted from the listed partitions; topics without status have an empty
 "partitions" list and phase "Pending". Mirrors are sorted by namespace and name, topics by
-source topic, partitions by number."#;
+source topic, partitions by number."#
+    };
+}
+
+/// The JSON/YAML document `status -o json|yaml` prints.
+pub const STATUS_SHAPE: &str = status_shape!();
 
 /// Inspect and drive kmirror mirrors: status, failover, failback, verification.
 #[derive(Parser, Debug, Clone)]
@@ -58,7 +83,7 @@ source topic, partitions by number."#;
         Objects managed by Argo CD, Flux or Helm are detected from their labels, annotations \
         and field managers: changing commands warn that the tool may set the change back, and \
         --print-patch prints the change to commit to Git instead of applying it.",
-    after_long_help = EXIT_CODES
+    after_help = EXIT_CODES
 )]
 pub struct Cli {
     /// Connection and namespace options.
@@ -116,14 +141,18 @@ pub struct GlobalArgs {
 #[derive(Subcommand, Debug, Clone)]
 pub enum Command {
     /// Show mirrors, their topics and every partition's state, lag and last mirrored offset.
-    #[command(after_long_help = STATUS_SHAPE)]
+    #[command(
+        after_help = EXIT_CODES,
+        after_long_help = concat!(status_shape!(), "\n\n", exit_codes!())
+    )]
     Status(StatusArgs),
     /// Fail topics over: set spec.state Stopped so their destination becomes writable.
     #[command(
         long_about = "Fail topics over: set spec.state Stopped on the selected MirrorTopics \
         of MIRROR, each in its spec.failover.mode (default Graceful: drains to zero lag first). \
         --immediate (the source is gone) or --graceful sets the mode too. With --wait, follows \
-        the partitions until every one is STOPPED and prints the last mirrored offset of each."
+        the partitions until every one is STOPPED and prints the last mirrored offset of each.",
+        after_help = EXIT_CODES
     )]
     Failover(FailoverArgs),
     /// Create the reverse mirror that copies failed-over topics back.
@@ -134,16 +163,22 @@ pub enum Command {
         last mirrored offset cross back. The selected topics must be STOPPED (failed over) \
         unless --force is given. Records found on the old source after the last mirrored \
         offset are divergence: they are quarantined and reported, and wait for a policy \
-        (--divergence-policy here, or `kubectl mirror resolve` later)."
+        (--divergence-policy here, or `kubectl mirror resolve` later). With --wait, follows \
+        the reverse topics until every partition is MIRRORING.",
+        after_help = EXIT_CODES
     )]
     Failback(FailbackArgs),
     /// Set the divergence policy of topics of a reverse (failback) mirror.
+    #[command(after_help = EXIT_CODES)]
     Resolve(ResolveArgs),
     /// Pause topics: stop copying, keep the destination read-only (spec.state Paused).
+    #[command(after_help = EXIT_CODES)]
     Pause(TopicArgs),
     /// Resume paused or stopped topics (spec.state Mirroring).
+    #[command(after_help = EXIT_CODES)]
     Resume(TopicArgs),
     /// Retry partitions that failed for a non-retryable reason (annotation kmirror.io/retry).
+    #[command(after_help = EXIT_CODES)]
     Retry(TopicArgs),
     /// Compare source and destination record by record with kmirror-verify.
     #[command(
@@ -151,10 +186,11 @@ pub enum Command {
         kmirror-verify program (looked up next to this plugin, then in PATH). Connection \
         settings come from the ClusterMirror; certificates, keys and passwords are read from \
         the referenced Secrets into private temporary files that are removed afterwards. \
-        Exit code 1 when any partition has missing, different or extra records.\n\n\
+        Exit code 5 when any partition has missing, different or extra records.\n\n\
         -o json / -o yaml prints {\"mirror\": \"ns/name\", \"clean\": bool, \"topics\": \
         [{\"name\", \"sourceTopic\", \"destinationTopic\", \"clean\", \"error\", \"reports\": \
-        [<kmirror-verify's per-partition reports, unchanged>]}]}."
+        [<kmirror-verify's per-partition reports, unchanged>]}]}.",
+        after_help = EXIT_CODES
     )]
     Verify(VerifyArgs),
     /// Print a shell completion script (bash or zsh).
@@ -210,6 +246,21 @@ pub struct ChangeArgs {
     /// Flux manage) or to use as a kustomize patch.
     #[arg(long, conflicts_with = "dry_run")]
     pub print_patch: bool,
+}
+
+/// `--wait` and `--timeout`, the same on every changing command.
+#[derive(Args, Debug, Clone, Default)]
+pub struct WaitArgs {
+    /// Wait until every partition of the changed topics is in the state the change asks for
+    /// (failover: STOPPED; pause: PAUSED; resume: MIRRORING; retry, resolve: the state their
+    /// spec.state asks for; failback: the reverse topics MIRRORING), printing progress.
+    #[arg(long, conflicts_with_all = ["dry_run", "print_patch"])]
+    pub wait: bool,
+    /// How long --wait waits (e.g. 30s, 5m, 1h). Default: twice the largest
+    /// spec.failover.drainTimeout of the topics plus 1m (11m with the default drain timeout of
+    /// 5m), so that a graceful failover still draining is not given up first.
+    #[arg(long, value_parser = parse_timeout, value_name = "DURATION")]
+    pub timeout: Option<Duration>,
 }
 
 /// Shells `completion` writes scripts for.
@@ -271,6 +322,11 @@ pub struct StatusArgs {
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value_t = Output::Table)]
     pub output: Output,
+    /// After the status, print it again whenever a mirror or topic changes, until interrupted
+    /// (Ctrl-C). On a terminal the screen is redrawn; otherwise each new status is appended
+    /// after a `# <time>` line (-o json: one document per change; -o yaml: `---` between them).
+    #[arg(short = 'w', long)]
+    pub watch: bool,
 }
 
 /// `failover`.
@@ -291,12 +347,9 @@ pub struct FailoverArgs {
     /// Dry run or print the patch instead of applying it.
     #[command(flatten)]
     pub change: ChangeArgs,
-    /// Follow the failover until every selected partition is STOPPED.
-    #[arg(long, conflicts_with_all = ["dry_run", "print_patch"])]
-    pub wait: bool,
-    /// How long --wait waits (e.g. 30s, 5m, 1h).
-    #[arg(long, value_parser = parse_timeout, default_value = "5m")]
-    pub timeout: Duration,
+    /// --wait, --timeout.
+    #[command(flatten)]
+    pub wait: WaitArgs,
 }
 
 /// `failback`.
@@ -321,12 +374,9 @@ pub struct FailbackArgs {
     /// to commit to Git.
     #[command(flatten)]
     pub change: ChangeArgs,
-    /// Follow the reverse topics until every partition is MIRRORING.
-    #[arg(long, conflicts_with_all = ["dry_run", "print_patch"])]
-    pub wait: bool,
-    /// How long --wait waits (e.g. 30s, 5m, 1h).
-    #[arg(long, value_parser = parse_timeout, default_value = "5m")]
-    pub timeout: Duration,
+    /// --wait, --timeout.
+    #[command(flatten)]
+    pub wait: WaitArgs,
 }
 
 /// `resolve`.
@@ -344,6 +394,9 @@ pub struct ResolveArgs {
     /// Dry run or print the patch instead of applying it.
     #[command(flatten)]
     pub change: ChangeArgs,
+    /// --wait, --timeout.
+    #[command(flatten)]
+    pub wait: WaitArgs,
 }
 
 /// `pause`, `resume`, `retry`.
@@ -357,6 +410,9 @@ pub struct TopicArgs {
     /// Dry run or print the patch instead of applying it.
     #[command(flatten)]
     pub change: ChangeArgs,
+    /// --wait, --timeout.
+    #[command(flatten)]
+    pub wait: WaitArgs,
 }
 
 /// `verify`.
@@ -391,12 +447,8 @@ pub fn parse_request_timeout(text: &str) -> Result<Duration, String> {
     })
 }
 
-/// Exit codes, as `--help` shows them (also in the crate's README).
-pub const EXIT_CODES: &str = "Exit codes:
-  0  success (also for --dry-run and --print-patch, and when only warnings were printed)
-  1  the command failed: an object not found, refused by the API server (forbidden, invalid),
-     the API server unreachable, a --wait that timed out or saw divergence, verify mismatches
-  2  wrong usage: unknown flag or command, missing or conflicting arguments";
+/// The exit codes as `--help` shows them.
+pub const EXIT_CODES: &str = exit_codes!();
 
 #[cfg(test)]
 mod tests {
@@ -439,12 +491,12 @@ mod tests {
             panic!("failover expected")
         };
         assert_eq!(f.selection.topics, ["a", "b"]);
-        assert!(f.immediate && !f.graceful && f.wait && !f.selection.all);
+        assert!(f.immediate && !f.graceful && f.wait.wait && !f.selection.all);
         assert!(
             parse(&["failover", "dr", "--all", "--immediate", "--graceful"]).is_err(),
             "one mode at a time"
         );
-        assert_eq!(f.timeout, Duration::from_secs(90));
+        assert_eq!(f.wait.timeout, Some(Duration::from_secs(90)));
         assert_eq!(
             parse(&["failover", "dr", "--all", "--timeout", "soon"])
                 .unwrap_err()
@@ -594,6 +646,56 @@ mod tests {
             help.contains("Exit codes:") && help.contains("2  wrong usage"),
             "{help}"
         );
+    }
+
+    #[test]
+    fn every_verb_documents_exit_codes_and_changing_ones_wait() {
+        let mut cli = Cli::command();
+        for name in [
+            "status", "failover", "failback", "resolve", "pause", "resume", "retry", "verify",
+        ] {
+            let sub = cli.find_subcommand_mut(name).unwrap();
+            for help in [
+                sub.render_help().to_string(),
+                sub.render_long_help().to_string(),
+            ] {
+                assert!(
+                    help.contains("Exit codes:") && help.contains("5  divergence"),
+                    "{name}: {help}"
+                );
+            }
+        }
+        let wait = |args: &[&str]| -> WaitArgs {
+            match parse(args).unwrap().command {
+                Command::Failover(f) => f.wait,
+                Command::Failback(f) => f.wait,
+                Command::Pause(t) | Command::Resume(t) | Command::Retry(t) => t.wait,
+                Command::Resolve(r) => r.wait,
+                other => panic!("unexpected {other:?}"),
+            }
+        };
+        for verb in ["failover", "failback", "pause", "resume", "retry"] {
+            let w = wait(&[verb, "dr", "--all", "--wait"]);
+            assert!(
+                w.wait && w.timeout.is_none(),
+                "{verb}: no --timeout means derived"
+            );
+            let w = wait(&[verb, "dr", "--all", "--wait", "--timeout", "2m"]);
+            assert_eq!(w.timeout, Some(Duration::from_secs(120)), "{verb}");
+            assert_eq!(
+                parse(&[verb, "dr", "--all", "--wait", "--dry-run"])
+                    .unwrap_err()
+                    .exit_code(),
+                2,
+                "{verb}"
+            );
+        }
+        let w = wait(&["resolve", "r", "--all", "--policy", "Recreate", "--wait"]);
+        assert!(w.wait);
+        let Command::Status(s) = parse(&["status", "dr", "-w"]).unwrap().command else {
+            panic!("status expected")
+        };
+        assert!(s.watch);
     }
 
     #[test]

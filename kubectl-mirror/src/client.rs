@@ -30,6 +30,8 @@ pub struct Kube {
     pub impersonating: Option<String>,
     /// How long connecting or a response may take (`--request-timeout`), for messages.
     pub timeout: Option<Duration>,
+    /// How long the client waits for the next bytes of a response (a watch must end sooner).
+    pub read_timeout: Option<Duration>,
 }
 
 /// Loads the client configuration: `--kubeconfig` (or `$KUBECONFIG`, or `~/.kube/config`) with
@@ -138,6 +140,7 @@ impl Kube {
     pub async fn connect(global: &GlobalArgs) -> Result<Kube> {
         let config = load_config(global).await?;
         let timeout = config.connect_timeout;
+        let read_timeout = config.read_timeout;
         let url = config.cluster_url.to_string();
         let url = url.trim_end_matches('/').to_string();
         let namespace = global
@@ -151,6 +154,7 @@ impl Kube {
             namespace,
             impersonating: global.as_user.clone(),
             timeout,
+            read_timeout,
         })
     }
 
@@ -174,6 +178,9 @@ impl Kube {
                         None => String::new(),
                     };
                     Failure::Other(Error::Forbidden(format!("{}{hint}", status.message)))
+                } else if status.code == 422 || status.code == 400 {
+                    // Validation and admission rules (the CRDs' CEL rules, webhooks).
+                    Failure::Other(Error::Rejected(status.message.clone()))
                 } else if status.code == 401 {
                     Failure::Other(Error::Api(format!(
                         "the API server at {} refused the credentials: {}",
@@ -214,14 +221,16 @@ impl Kube {
         }
     }
 
-    fn mirrors_api(&self, namespace: Option<&str>) -> Api<ClusterMirror> {
+    /// The ClusterMirrors of a namespace (`None`: every namespace).
+    pub fn mirrors_api(&self, namespace: Option<&str>) -> Api<ClusterMirror> {
         match namespace {
             Some(ns) => Api::namespaced(self.client.clone(), ns),
             None => Api::all(self.client.clone()),
         }
     }
 
-    fn topics_api(&self, namespace: Option<&str>) -> Api<MirrorTopic> {
+    /// The MirrorTopics of a namespace (`None`: every namespace).
+    pub fn topics_api(&self, namespace: Option<&str>) -> Api<MirrorTopic> {
         match namespace {
             Some(ns) => Api::namespaced(self.client.clone(), ns),
             None => Api::all(self.client.clone()),
@@ -313,6 +322,9 @@ impl Kube {
             .await
             .map_err(|e| match self.classify(e) {
                 Failure::Other(Error::Api(m)) => Error::Api(format!("MirrorTopic {name:?}: {m}")),
+                Failure::Other(Error::Rejected(m)) => {
+                    Error::Rejected(format!("MirrorTopic {name:?}: {m}"))
+                }
                 Failure::Other(e) => e,
                 _ => Error::Failed(format!(
                     "MirrorTopic {name:?} in namespace {namespace:?} disappeared"
@@ -348,6 +360,9 @@ impl Kube {
                 Failure::Other(Error::Api(m)) => {
                     Err(Error::Api(format!("cannot create {kind} {name:?}: {m}")))
                 }
+                Failure::Other(Error::Rejected(m)) => Err(Error::Rejected(format!(
+                    "cannot create {kind} {name:?}: {m}"
+                ))),
                 Failure::Other(e) => Err(e),
             },
         }

@@ -4,10 +4,17 @@ use std::fmt;
 
 /// Exit code: success.
 pub const EXIT_OK: i32 = 0;
-/// Exit code: the command ran and failed (not found, timeout, mismatches, API errors).
+/// Exit code: the command ran and failed for another reason (not found, unreachable, ...).
 pub const EXIT_FAILURE: i32 = 1;
-/// Exit code: the command line is wrong.
+/// Exit code: the command line is wrong (clap's own code).
 pub const EXIT_USAGE: i32 = 2;
+/// Exit code: `--wait` timed out; the change is made and may still complete.
+pub const EXIT_TIMEOUT: i32 = 3;
+/// Exit code: refused by the operator, the API server's admission rules, or RBAC.
+pub const EXIT_REFUSED: i32 = 4;
+/// Exit code: divergence: `verify` found records that differ or are missing, or a failback
+/// found records written to the old source after the last mirrored offset.
+pub const EXIT_DIVERGENCE: i32 = 5;
 
 /// Everything that can go wrong, worded for the person at the terminal.
 #[derive(Debug, thiserror::Error)]
@@ -52,23 +59,47 @@ pub enum Error {
     /// The kubeconfig cannot be read or has no usable context.
     #[error("cannot load the Kubernetes configuration: {0}")]
     Kubeconfig(String),
-    /// The API server refused a request (invalid, conflict...).
+    /// The API server failed a request (conflict, server error, credentials refused...).
     #[error("{0}")]
     Api(String),
     /// The API server refused a request for lack of permission (RBAC).
     #[error("{0}")]
     Forbidden(String),
+    /// The API server's validation or admission rules refused the change (invalid).
+    #[error("{0}")]
+    Rejected(String),
+    /// The operator refuses the change: a `Ready` reason that waiting does not clear.
+    #[error("{0}")]
+    Refused(String),
+    /// `--wait` ran out of time; the change is made and may still complete.
+    #[error("{0}")]
+    TimedOut(String),
+    /// Records differ between the clusters (verify), or a failback found records written to
+    /// the old source after the last mirrored offset.
+    #[error("{0}")]
+    Diverged(String),
     /// Anything else that makes the command fail.
     #[error("{0}")]
     Failed(String),
 }
 
 impl Error {
-    /// The process exit code for this error.
+    /// The process exit code for this error: the one place that decides it (every variant
+    /// named, so that a new one needs a decision).
     pub fn exit_code(&self) -> i32 {
         match self {
             Error::Usage(_) => EXIT_USAGE,
-            _ => EXIT_FAILURE,
+            Error::TimedOut(_) => EXIT_TIMEOUT,
+            Error::Refused(_) | Error::Rejected(_) | Error::Forbidden(_) => EXIT_REFUSED,
+            Error::Diverged(_) => EXIT_DIVERGENCE,
+            Error::MirrorNotFound { .. }
+            | Error::MirrorNotFoundAnywhere { .. }
+            | Error::TopicNotFound(_)
+            | Error::Unreachable { .. }
+            | Error::CrdsMissing { .. }
+            | Error::Kubeconfig(_)
+            | Error::Api(_)
+            | Error::Failed(_) => EXIT_FAILURE,
         }
     }
 
@@ -112,6 +143,61 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn exit_codes_by_variant() {
+        let s = || "x".to_string();
+        let table = [
+            (Error::Usage(s()), 2),
+            (Error::TimedOut(s()), 3),
+            (Error::Refused(s()), 4),
+            (Error::Rejected(s()), 4),
+            (Error::Forbidden(s()), 4),
+            (Error::Diverged(s()), 5),
+            (
+                Error::MirrorNotFound {
+                    namespace: s(),
+                    name: s(),
+                },
+                1,
+            ),
+            (Error::MirrorNotFoundAnywhere { name: s() }, 1),
+            (
+                Error::TopicNotFound(TopicNotFound {
+                    topic: s(),
+                    mirror: s(),
+                    namespace: s(),
+                    available: vec![],
+                }),
+                1,
+            ),
+            (
+                Error::Unreachable {
+                    url: s(),
+                    reason: s(),
+                },
+                1,
+            ),
+            (Error::CrdsMissing { url: s() }, 1),
+            (Error::Kubeconfig(s()), 1),
+            (Error::Api(s()), 1),
+            (Error::Failed(s()), 1),
+        ];
+        for (error, code) in table {
+            assert_eq!(error.exit_code(), code, "{error:?}");
+        }
+        assert_eq!(
+            (
+                EXIT_OK,
+                EXIT_FAILURE,
+                EXIT_USAGE,
+                EXIT_TIMEOUT,
+                EXIT_REFUSED,
+                EXIT_DIVERGENCE
+            ),
+            (0, 1, 2, 3, 4, 5)
+        );
+    }
 
     #[test]
     fn messages_and_codes() {

@@ -1,6 +1,6 @@
 //! `kubectl mirror failback`: create the reverse mirror and its topics.
 
-use kmirror_crds::v1alpha1::{ClusterMirror, DivergencePolicy, MirrorTopic, PartitionState};
+use kmirror_crds::v1alpha1::{ClusterMirror, DivergencePolicy, MirrorTopic};
 use serde_json::json;
 
 use crate::cli::{DryRun, FailbackArgs};
@@ -11,7 +11,7 @@ use crate::reverse;
 use crate::select::{object_name, select};
 use crate::util::check_name;
 
-use super::topics::follow;
+use super::wait::{self, Job};
 use super::{emit, line, wanted};
 
 /// Builds, checks and creates the reverse mirror and topics; optionally follows them.
@@ -95,18 +95,15 @@ pub async fn run(kube: &Kube, args: &FailbackArgs) -> Result<()> {
     for t in &reverse_topics {
         created.push(create_topic(kube, t, policy, dry_run).await?);
     }
-    if !args.wait || dry_run {
+    if !args.wait.wait || dry_run {
         return Ok(());
     }
-    follow(
-        kube,
-        &created,
-        PartitionState::Mirroring,
-        args.timeout,
-        Some(&name),
-        &format!("the failback mirror {name:?}"),
-    )
-    .await?;
+    let job = Job {
+        what: format!("the failback mirror {name:?}"),
+        mirror: &name,
+        divergence_of: Some(&name),
+    };
+    wait::follow(kube, &created, args.wait.timeout, &job).await?;
     line(&format!(
         "failback mirroring: every partition of the reverse mirror {name:?} is MIRRORING"
     ));

@@ -4,6 +4,8 @@ mod failback;
 mod status;
 mod topics;
 mod verify;
+mod wait;
+mod watch;
 
 use std::io::Write;
 

@@ -7,8 +7,29 @@ use crate::render;
 
 use super::emit;
 
-/// Shows one mirror, the namespace's mirrors, or (`-A`) every mirror.
+/// Shows one mirror, the namespace's mirrors, or (`-A`) every mirror; with `--watch`, again
+/// after every change.
 pub async fn run(kube: &Kube, args: &StatusArgs) -> Result<()> {
+    if args.watch {
+        return super::watch::run(kube, args).await;
+    }
+    match snapshot(kube, args).await? {
+        Snapshot::Shown(text) => emit(&text),
+        Snapshot::Nothing(note) => eprintln!("{note}"),
+    }
+    Ok(())
+}
+
+/// What `status` prints at one moment.
+pub enum Snapshot {
+    /// The rendered status (standard output).
+    Shown(String),
+    /// There is nothing to show: the note that says so (standard error).
+    Nothing(String),
+}
+
+/// Reads the mirrors and topics and renders them as `args` asks.
+pub async fn snapshot(kube: &Kube, args: &StatusArgs) -> Result<Snapshot> {
     let ns = kube.namespace.as_str();
     // Topics whose mirror is missing are shown when no mirror is named (then `mirrors` holds
     // every mirror of the namespaces the topics come from).
@@ -34,17 +55,16 @@ pub async fn run(kube: &Kube, args: &StatusArgs) -> Result<()> {
     if with_orphans {
         doc.orphan_topics = render::orphan_topics(&mirrors, &topics);
     }
-    match args.output {
+    Ok(match args.output {
         Output::Table | Output::Wide if doc.mirrors.is_empty() && doc.orphan_topics.is_empty() => {
-            if args.all_namespaces {
-                eprintln!("No ClusterMirrors found.");
+            Snapshot::Nothing(if args.all_namespaces {
+                "No ClusterMirrors found.".to_string()
             } else {
-                eprintln!("No ClusterMirrors found in namespace {ns}.");
-            }
+                format!("No ClusterMirrors found in namespace {ns}.")
+            })
         }
-        Output::Table => emit(&render::status_table(&doc, false)),
-        Output::Wide => emit(&render::status_table(&doc, true)),
-        other => emit(&render::document(&doc, other)),
-    }
-    Ok(())
+        Output::Table => Snapshot::Shown(render::status_table(&doc, false)),
+        Output::Wide => Snapshot::Shown(render::status_table(&doc, true)),
+        other => Snapshot::Shown(render::document(&doc, other)),
+    })
 }

@@ -1,30 +1,24 @@
 //! Commands that change the selected `MirrorTopic`s of a mirror: `failover`, `pause`,
-//! `resume`, `retry`, `resolve`; and following their partitions until they reach a state.
+//! `resume`, `retry`, `resolve`.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
-use kmirror_crds::v1alpha1::{
-    DesiredState, DivergencePolicy, FailoverMode, MirrorTopic, PartitionState,
-};
+use kmirror_crds::v1alpha1::{DesiredState, DivergencePolicy, FailoverMode, MirrorTopic};
 use serde_json::json;
-use tokio::time::Instant;
 
-use crate::cli::{ChangeArgs, DryRun, FailoverArgs, ResolveArgs, TopicArgs};
+use crate::cli::{ChangeArgs, DryRun, FailoverArgs, ResolveArgs, TopicArgs, WaitArgs};
 use crate::client::Kube;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::gitops;
-use crate::render::{self, Progress};
+use crate::render;
 use crate::select::{object_name, select};
-use crate::util::{format_duration, rfc3339};
+use crate::util::rfc3339;
 
+use super::wait::{self, Job};
 use super::{line, wanted};
 
 /// Annotation whose change makes the operator retry partitions that failed for good.
 pub const ANNOTATION_RETRY: &str = "kmirror.io/retry";
-
-/// How often a wait looks at the topics again.
-const POLL: Duration = Duration::from_secs(1);
 
 /// What `pause` and `resume` set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -143,26 +137,20 @@ pub async fn failover(kube: &Kube, args: &FailoverArgs) -> Result<()> {
         &args.change,
     )
     .await?;
-    if !args.wait {
+    if !args.wait.wait || patched.is_empty() {
         return Ok(());
     }
-    let done = follow(
-        kube,
-        &patched,
-        PartitionState::Stopped,
-        args.timeout,
-        None,
-        &format!("the failover of mirror {:?}", args.mirror),
-    )
-    .await?;
+    let job = Job {
+        what: format!("the failover of mirror {:?}", args.mirror),
+        mirror: &args.mirror,
+        divergence_of: None,
+    };
+    let done = wait::follow(kube, &patched, args.wait.timeout, &job).await?;
     let refs: Vec<&MirrorTopic> = done.iter().collect();
-    let partitions: usize = done
-        .iter()
-        .map(|t| t.status.as_ref().map_or(0, |s| s.partitions.len()))
-        .sum();
     line(&format!(
-        "failover complete: {partitions} partitions STOPPED; consumers resume on the destination \
-         after these last mirrored offsets:"
+        "failover complete: {}; consumers resume on the destination after these last \
+         mirrored offsets:",
+        wait::summary(&done)
     ));
     super::emit(&render::last_mirrored_table(&refs));
     Ok(())
@@ -194,7 +182,7 @@ pub async fn set_state(kube: &Kube, args: &TopicArgs, target: Target) -> Result<
         }
         Target::Pause => json!({"spec": {"state": state}}),
     };
-    patch_each(
+    let patched = patch_each(
         kube,
         &topics,
         &patch,
@@ -203,6 +191,32 @@ pub async fn set_state(kube: &Kube, args: &TopicArgs, target: Target) -> Result<
         &args.change,
     )
     .await?;
+    let verb = match target {
+        Target::Pause => "pause",
+        Target::Resume => "resume",
+    };
+    wait_for(kube, &patched, &args.mirror, verb, &args.wait).await
+}
+
+/// `--wait` of `pause`, `resume`, `retry` and `resolve`: follows the changed topics until each
+/// partition is in the state its topic's `spec.state` asks for.
+async fn wait_for(
+    kube: &Kube,
+    patched: &[MirrorTopic],
+    mirror: &str,
+    verb: &str,
+    args: &WaitArgs,
+) -> Result<()> {
+    if !args.wait || patched.is_empty() {
+        return Ok(());
+    }
+    let job = Job {
+        what: format!("the {verb} of mirror {mirror:?}"),
+        mirror,
+        divergence_of: None,
+    };
+    let done = wait::follow(kube, patched, args.timeout, &job).await?;
+    line(&format!("{verb} complete: {}", wait::summary(&done)));
     Ok(())
 }
 
@@ -211,7 +225,7 @@ pub async fn retry(kube: &Kube, args: &TopicArgs) -> Result<()> {
     let topics = selected(kube, &args.mirror, wanted(&args.selection)).await?;
     let token = rfc3339(SystemTime::now());
     let patch = json!({"metadata": {"annotations": {ANNOTATION_RETRY: token}}});
-    patch_each(
+    let patched = patch_each(
         kube,
         &topics,
         &patch,
@@ -220,7 +234,7 @@ pub async fn retry(kube: &Kube, args: &TopicArgs) -> Result<()> {
         &args.change,
     )
     .await?;
-    Ok(())
+    wait_for(kube, &patched, &args.mirror, "retry", &args.wait).await
 }
 
 /// `resolve`: `spec.divergencePolicy` on topics of a reverse mirror.
@@ -241,7 +255,7 @@ pub async fn resolve(kube: &Kube, args: &ResolveArgs) -> Result<()> {
         .collect();
     let policy = DivergencePolicy::from(args.policy);
     let patch = json!({"spec": {"divergencePolicy": policy}});
-    patch_each(
+    let patched = patch_each(
         kube,
         &chosen,
         &patch,
@@ -250,124 +264,5 @@ pub async fn resolve(kube: &Kube, args: &ResolveArgs) -> Result<()> {
         &args.change,
     )
     .await?;
-    Ok(())
-}
-
-/// Follows `topics` until every partition of each is in `target`, printing a line whenever a
-/// topic's progress changes and each new failure. Returns the final topics.
-///
-/// `divergence_of`: the reverse mirror's name when following a failback; a partition with
-/// divergence on a topic without `divergencePolicy` then ends the wait with an error that says
-/// how to resolve it.
-pub async fn follow(
-    kube: &Kube,
-    topics: &[MirrorTopic],
-    target: PartitionState,
-    timeout: Duration,
-    divergence_of: Option<&str>,
-    what: &str,
-) -> Result<Vec<MirrorTopic>> {
-    let ns = kube.namespace.as_str();
-    let generations: BTreeMap<String, Option<i64>> = topics
-        .iter()
-        .map(|t| (object_name(t).to_string(), t.metadata.generation))
-        .collect();
-    let deadline = Instant::now() + timeout;
-    let mut last_line: BTreeMap<String, String> = BTreeMap::new();
-    let mut failures_seen: BTreeSet<String> = BTreeSet::new();
-    loop {
-        // One list per round, however many topics are followed.
-        let mut listed: BTreeMap<String, MirrorTopic> = kube
-            .topics(Some(ns))
-            .await?
-            .into_iter()
-            .map(|t| (object_name(&t).to_string(), t))
-            .collect();
-        let mut current = Vec::new();
-        for (name, generation) in &generations {
-            let t = listed.remove(name).ok_or_else(|| {
-                Error::failed(format!(
-                    "MirrorTopic {name:?} was deleted while waiting for {what}"
-                ))
-            })?;
-            current.push((t, *generation));
-        }
-        let progress: Vec<Progress> = current
-            .iter()
-            .map(|(t, g)| render::progress(t, target, *g))
-            .collect();
-        for ((t, _), p) in current.iter().zip(&progress) {
-            let text = render::progress_line(p, target);
-            if last_line.get(object_name(t)) != Some(&text) {
-                line(&text);
-                last_line.insert(object_name(t).to_string(), text);
-            }
-            for f in render::failed_lines(p) {
-                if failures_seen.insert(f.clone()) {
-                    line(&format!("  {f}"));
-                }
-            }
-        }
-        if let Some(reverse) = divergence_of {
-            divergence_check(&current, reverse, ns)?;
-        }
-        if progress.iter().all(Progress::complete) {
-            return Ok(current.into_iter().map(|(t, _)| t).collect());
-        }
-        let refused: Vec<String> = progress.iter().filter_map(Progress::refused).collect();
-        if !refused.is_empty() {
-            return Err(Error::failed(format!(
-                "the operator refuses {what}: {}",
-                refused.join("; ")
-            )));
-        }
-        let now = Instant::now();
-        if now >= deadline {
-            let mut summary: Vec<String> = progress
-                .iter()
-                .map(|p| render::progress_line(p, target))
-                .collect();
-            summary.extend(progress.iter().flat_map(render::failed_lines));
-            return Err(Error::failed(format!(
-                "timed out after {} waiting for {what}: {}",
-                format_duration(timeout),
-                summary.join("; ")
-            )));
-        }
-        tokio::time::sleep(POLL.min(deadline - now)).await;
-    }
-}
-
-/// Fails when a topic without a divergence policy has unresolved divergence, after printing
-/// where the divergent records are.
-fn divergence_check(current: &[(MirrorTopic, Option<i64>)], reverse: &str, ns: &str) -> Result<()> {
-    let mut waiting = Vec::new();
-    for (t, _) in current {
-        if t.spec.divergence_policy.is_some() {
-            continue;
-        }
-        let found = render::unresolved_divergences(t);
-        for (partition, d) in &found {
-            line(&format!(
-                "{}[{partition}]: {} were written to the old source after the last mirrored \
-                 offset; copies are in quarantine topic {}",
-                t.spec.source_topic,
-                render::offset_range(d.from_offset, d.to_offset),
-                d.quarantine_topic
-            ));
-        }
-        if !found.is_empty() {
-            waiting.push(t.spec.source_topic.clone());
-        }
-    }
-    if waiting.is_empty() {
-        return Ok(());
-    }
-    let topics: Vec<String> = waiting.iter().map(|t| format!("--topic {t}")).collect();
-    Err(Error::failed(format!(
-        "divergence found on failback of {}: choose what happens to the divergent records with \
-         `kubectl mirror resolve {reverse} -n {ns} {} --policy Recreate|KeepAndTranslate`",
-        waiting.join(", "),
-        topics.join(" ")
-    )))
+    wait_for(kube, &patched, &args.mirror, "resolve", &args.wait).await
 }

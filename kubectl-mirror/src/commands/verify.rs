@@ -16,7 +16,8 @@ use crate::verifier::{self, PrivateDir, SecretFile, Side, TopicRun};
 
 use super::emit;
 
-/// Verifies the selected topics; fails when any partition has mismatches or cannot be verified.
+/// Verifies the selected topics; fails when any partition has mismatches ([`Error::Diverged`])
+/// or cannot be verified.
 pub async fn run(kube: &Kube, args: &VerifyArgs) -> Result<()> {
     let ns = kube.namespace.as_str();
     let mirror = kube.mirror(ns, &args.mirror).await?;
@@ -90,11 +91,17 @@ pub async fn run(kube: &Kube, args: &VerifyArgs) -> Result<()> {
         })
         .count();
     let errors = doc.topics.iter().filter(|t| t.error.is_some()).count();
-    Err(Error::failed(format!(
+    let message = format!(
         "verification of {} failed: {mismatched} partition(s) with mismatches, {errors} topic(s) \
          not verified",
         doc.mirror
-    )))
+    );
+    // Records that differ are divergence (exit code 5); a verifier that could not run is not.
+    Err(if mismatched > 0 {
+        Error::Diverged(message)
+    } else {
+        Error::Failed(message)
+    })
 }
 
 /// Runs the verifier once; Ctrl-C stops it (and the temporary files are removed).
