@@ -10,10 +10,10 @@ use std::time::{Duration, Instant};
 use kmirror_crds::v1alpha1::PartitionState;
 use kmirror_e2e::Testbed;
 use kmirror_e2e::fetcher::ensure_state_topic;
+use kmirror_e2e::kafka::TestRecord;
 use kmirror_e2e::kafka::{
     DestUser, create_topic, mixed_records, produce_all, unique_name, watermarks,
 };
-use kmirror_e2e::kafka::TestRecord;
 use kmirror_e2e::operator::{OperatorProcess, Scenario, all_partitions, kubectl_mirror};
 use kmirror_state::kafka_admin::{
     AclBinding, Operation, PatternType, Permission, ResourceType, create_acls, delete_acls,
@@ -163,18 +163,16 @@ async fn a_large_topic_lists_its_worst_partitions_and_the_plugin_shows_all() {
     let topic = unique_name("wide");
     let source = bed.source_config();
     let dest = bed.dest_config(DestUser::Admin);
-    create_topic(&source, &topic, PARTITIONS, &[]).await.unwrap();
+    create_topic(&source, &topic, PARTITIONS, &[])
+        .await
+        .unwrap();
     produce_all(&source, &topic, &mixed_records(48, PARTITIONS, 0, 5), &[]).unwrap();
     let on_source = watermarks(&source, &topic, BROKEN).unwrap().1;
 
     // Set through the environment too, so that the same test runs against an operator without
     // the flag (KMIRROR_E2E_BIN_DIR) and shows what it lists.
-    let _op = OperatorProcess::spawn_with_env(
-        bed,
-        &s.ns,
-        &[],
-        &[("KMIRROR_STATUS_MAX_PARTITIONS", "5")],
-    );
+    let _op =
+        OperatorProcess::spawn_with_env(bed, &s.ns, &[], &[("KMIRROR_STATUS_MAX_PARTITIONS", "5")]);
     s.apply_mirror("dr", Scenario::mirror_spec(bed)).await;
     s.apply_topic("t", json!({"mirror": "dr", "sourceTopic": topic}))
         .await;
@@ -255,7 +253,11 @@ async fn a_large_topic_lists_its_worst_partitions_and_the_plugin_shows_all() {
         .collect();
     let expected: Vec<(i64, String)> = (0..i64::from(PARTITIONS))
         .map(|p| {
-            let state = if p == i64::from(BROKEN) { "FAILED" } else { "MIRRORING" };
+            let state = if p == i64::from(BROKEN) {
+                "FAILED"
+            } else {
+                "MIRRORING"
+            };
             (p, state.to_string())
         })
         .collect();
@@ -293,11 +295,16 @@ async fn a_large_topic_lists_its_worst_partitions_and_the_plugin_shows_all() {
         "{}",
         listing(&stopped)
     );
-    s.wait_mirror("dr", "12 partitions STOPPED", Duration::from_secs(30), |m| {
-        m.status
-            .as_ref()
-            .is_some_and(|st| st.partitions.stopped == PARTITIONS && st.partitions.total == PARTITIONS)
-    })
+    s.wait_mirror(
+        "dr",
+        "12 partitions STOPPED",
+        Duration::from_secs(30),
+        |m| {
+            m.status.as_ref().is_some_and(|st| {
+                st.partitions.stopped == PARTITIONS && st.partitions.total == PARTITIONS
+            })
+        },
+    )
     .await;
     if std::env::var_os("KMIRROR_WRITE_FIXTURES").is_some() {
         let dir = kmirror_e2e::testbed::repo_root().join("deploy/argocd/testdata");

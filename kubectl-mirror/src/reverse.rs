@@ -109,7 +109,19 @@ pub fn not_failed_over(t: &MirrorTopic) -> Option<String> {
         .filter(|p| p.state != PartitionState::Stopped)
         .map(|p| format!("{} is {}", p.partition, p.state))
         .collect();
-    (!pending.is_empty()).then(|| format!("partition {}", pending.join(", partition ")))
+    // From the counts: a large topic lists only some partitions (those not STOPPED first).
+    let counts = t.status.as_ref().map(|s| s.counts()).unwrap_or_default();
+    let unlisted = counts.total - counts.stopped - pending.len() as i32;
+    if pending.is_empty() && unlisted <= 0 {
+        return None;
+    }
+    let mut why = format!("partition {}", pending.join(", partition "));
+    if pending.is_empty() {
+        why = format!("{unlisted} partitions are not STOPPED");
+    } else if unlisted > 0 {
+        why.push_str(&format!(", and {unlisted} more not STOPPED"));
+    }
+    Some(why)
 }
 
 #[cfg(test)]

@@ -167,7 +167,8 @@ async fn main() -> anyhow::Result<()> {
                 writes_per_second: args.status_writes_per_second,
                 progress_writes_per_second: args.status_progress_writes_per_second,
             },
-            status_max_partitions: usize::try_from(args.status_max_partitions).unwrap_or(usize::MAX),
+            status_max_partitions: usize::try_from(args.status_max_partitions)
+                .unwrap_or(usize::MAX),
         },
         Metrics::default(),
     ));

@@ -410,7 +410,10 @@ mod tests {
         };
         let by_lag = listed(vec![(1, Mirroring), (2, Mirroring)]);
         let other_lag = listed(vec![(2, Mirroring), (3, Mirroring)]);
-        assert!(progress_only(&by_lag, &other_lag), "other partitions by lag");
+        assert!(
+            progress_only(&by_lag, &other_lag),
+            "other partitions by lag"
+        );
         let one_failed = listed(vec![(1, Failed), (2, Mirroring)]);
         assert!(!progress_only(&by_lag, &one_failed), "a FAILED partition");
         let mut erring = other_lag.clone();

@@ -13,7 +13,6 @@ fn rfc3339(ms: i64) -> Option<String> {
     Timestamp::from_millisecond(ms).ok().map(|t| t.to_string())
 }
 
-
 /// How long ago (seconds) the running fetcher of a MIRRORING (or draining) partition last wrote
 /// its position, when that is longer than [`POSITION_STALE_AFTER`]: its lag is not current.
 fn stale_for(r: &PartitionRecords, now_ms: i64) -> Option<i64> {
@@ -30,7 +29,6 @@ fn stale_for(r: &PartitionRecords, now_ms: i64) -> Option<i64> {
     let age = now_ms - pos.updated_at_ms;
     (running && age > POSITION_STALE_AFTER.as_millis() as i64).then_some(age / 1000)
 }
-
 
 /// Projects one partition's status from its records at `now_ms`.
 pub fn partition_status(
@@ -111,7 +109,6 @@ pub fn partition_status(
     }
 }
 
-
 /// Cuts a message to at most `max` bytes on a character boundary.
 pub fn truncate(s: &str, max: usize) -> String {
     if s.len() <= max {
@@ -174,4 +171,3 @@ pub fn human_line(text: &str) -> String {
         LINE_MAX,
     )
 }
-

@@ -70,8 +70,7 @@ fn print_state(args: &Args) -> Result<bool, String> {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64);
     for ((_, _, p), records) in &units {
-        if records.state.is_none() || !(args.partitions.is_empty() || args.partitions.contains(p))
-        {
+        if records.state.is_none() || !(args.partitions.is_empty() || args.partitions.contains(p)) {
             continue;
         }
         let status = partition_status(*p, records, None, now_ms);

@@ -1,6 +1,6 @@
 //! `kubectl mirror status`.
 
-use crate::cli::{Output, StatusArgs};
+use crate::cli::{Output, PartitionsShown, StatusArgs};
 use crate::client::Kube;
 use crate::error::{Error, Result};
 use crate::render;
@@ -33,6 +33,9 @@ pub async fn run(kube: &Kube, args: &StatusArgs) -> Result<()> {
     let mut doc = render::status_document(&mirrors, &topics);
     if with_orphans {
         doc.orphan_topics = render::orphan_topics(&mirrors, &topics);
+    }
+    if args.partitions == PartitionsShown::All {
+        super::all_partitions::complete(kube, &mirrors, &mut doc).await?;
     }
     match args.output {
         Output::Table | Output::Wide if doc.mirrors.is_empty() && doc.orphan_topics.is_empty() => {

@@ -158,13 +158,27 @@ pub async fn failover(kube: &Kube, args: &FailoverArgs) -> Result<()> {
     let refs: Vec<&MirrorTopic> = done.iter().collect();
     let partitions: usize = done
         .iter()
-        .map(|t| t.status.as_ref().map_or(0, |s| s.partitions.len()))
+        .map(|t| {
+            t.status
+                .as_ref()
+                .map_or(0, |s| s.counts().total.max(0) as usize)
+        })
         .sum();
     line(&format!(
         "failover complete: {partitions} partitions STOPPED; consumers resume on the destination \
          after these last mirrored offsets:"
     ));
     super::emit(&render::last_mirrored_table(&refs));
+    for t in &done {
+        let omitted = t.status.as_ref().map_or(0, |s| s.partitions_omitted);
+        if omitted > 0 {
+            line(&format!(
+                "{}: {omitted} more partitions not shown; kubectl mirror status {} \
+                 --partitions all shows their last mirrored offsets",
+                t.spec.source_topic, args.mirror
+            ));
+        }
+    }
     Ok(())
 }
 

@@ -287,11 +287,9 @@ pub fn status_document(mirrors: &[ClusterMirror], topics: &[MirrorTopic]) -> Sta
                 .map(|ts| ts.iter().map(|t| topic_view(t)).collect())
                 .unwrap_or_default();
             topics.sort_by(|a, b| (&a.source_topic, &a.name).cmp(&(&b.source_topic, &b.name)));
-            let counts = topics
-                .iter()
-                .fold(PartitionCounts::default(), |acc, t| {
-                    acc.add(&t.partition_counts)
-                });
+            let counts = topics.iter().fold(PartitionCounts::default(), |acc, t| {
+                acc.add(&t.partition_counts)
+            });
             let ready = m.status.as_ref().and_then(|s| {
                 s.conditions
                     .iter()
@@ -750,6 +748,9 @@ mod tests {
             "topics",
         ] {
             assert!(dr.get(key).is_some(), "mirror key {key}");
+        }
+        for key in ["partitionCounts", "partitionsOmitted", "partitions"] {
+            assert!(dr["topics"][1].get(key).is_some(), "topic key {key}");
         }
         let p = &dr["topics"][1]["partitions"][0];
         for key in [

@@ -58,10 +58,12 @@ pub fn progress(t: &MirrorTopic, target: PartitionState, generation: Option<i64>
         _ => false,
     };
     let lags: Vec<i64> = parts.iter().filter_map(|p| p.lag).collect();
+    // From the counts: a large topic lists only some partitions (the FAILED ones first).
+    let counts = status.map(|s| s.counts()).unwrap_or_default();
     Progress {
         label: t.spec.source_topic.clone(),
-        total: parts.len(),
-        done: parts.iter().filter(|p| p.state == target).count(),
+        total: counts.total.max(0) as usize,
+        done: counts.get(target).max(0) as usize,
         failed: parts
             .iter()
             .filter(|p| p.state == PartitionState::Failed)

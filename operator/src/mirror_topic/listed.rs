@@ -65,8 +65,8 @@ pub fn bounded(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kmirror_crds::v1alpha1::{DivergenceStatus, OpenTransactionStatus, PartitionCounts};
     use PartitionState::*;
+    use kmirror_crds::v1alpha1::{DivergenceStatus, OpenTransactionStatus, PartitionCounts};
 
     fn p(partition: i32, state: PartitionState, lag: Option<i64>) -> PartitionStatus {
         PartitionStatus {
@@ -87,7 +87,14 @@ mod tests {
             last_error: Some("lag unknown: the fetcher has not reported its position".into()),
             ..p(9, Mirroring, None)
         };
-        type Row<'a> = (&'a str, DesiredState, Vec<PartitionStatus>, usize, Vec<i32>, usize);
+        type Row<'a> = (
+            &'a str,
+            DesiredState,
+            Vec<PartitionStatus>,
+            usize,
+            Vec<i32>,
+            usize,
+        );
         #[rustfmt::skip]
         let table: Vec<Row> = vec![
             // name, spec.state, partitions, max, listed (in partition order), omitted
