@@ -508,9 +508,9 @@ mod tests {
             sync: None,
             topics: &topics,
         };
-        let (status, _) = status(&mirror(), &facts, &now);
+        let (counted, _) = status(&mirror(), &facts, &now);
         assert_eq!(
-            (status.partitions.total, status.partitions.stopped),
+            (counted.partitions.total, counted.partitions.stopped),
             (13, 11)
         );
         assert!(unsettled(&topics), "2 partitions still STOPPING");
@@ -530,8 +530,8 @@ mod tests {
             sync: None,
             topics: &topics,
         };
-        let (status, _) = status(&mirror(), &facts, &now);
-        assert_eq!(condition(&status, "Ready"), ("True", "FailedOver"));
+        let (failed_over, _) = status(&mirror(), &facts, &now);
+        assert_eq!(condition(&failed_over, "Ready"), ("True", "FailedOver"));
     }
 
     #[test]

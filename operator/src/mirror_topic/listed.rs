@@ -8,11 +8,13 @@ use kmirror_crds::v1alpha1::{DesiredState, MirrorTopicStatus, PartitionState, Pa
 
 use crate::lifecycle::settled_state;
 
-/// Default of `--status-max-partitions`. One listed partition is at most about 1.2 KiB of the
-/// object (its status entry with a 320-character error, divergence and an open transaction,
-/// about 0.8 KiB, plus its entry in the server-side apply `managedFields`, about 0.4 KiB;
-/// measured in `one_entry_is_small`): 100 entries are about 120 KiB, a tenth of what etcd takes
-/// for one object (1.5 MiB).
+/// Default of `--status-max-partitions`. One listed partition is at most about 1.9 KiB of the
+/// object: its status entry with every field at its largest (a 320-character error, a
+/// divergence into a 249-character quarantine topic, an open transaction, 19-digit offsets)
+/// about 1.3 KiB, plus its entry in the server-side apply `managedFields` about 0.5 KiB
+/// (measured in `one_entry_is_small`; a MIRRORING partition's entry is about a quarter of
+/// that). 100 entries at their largest are about 185 KiB, an eighth of what etcd takes for one
+/// object (1.5 MiB), leaving the rest for conditions, configs not copied and metadata.
 pub const DEFAULT_MAX_PARTITIONS: usize = 100;
 
 /// How bad a partition looks (smaller is worse): FAILED; then on its way to another state
@@ -224,10 +226,27 @@ mod tests {
                 })
                 .sum::<usize>();
         eprintln!("one entry: {entry} bytes, its managedFields: about {managed} bytes");
-        assert!(entry + managed <= 1_300, "{entry} + {managed} bytes");
+        assert!(entry + managed <= 2_000, "{entry} + {managed} bytes");
         assert!(
-            DEFAULT_MAX_PARTITIONS * (entry + managed) < 1_536 * 1024 / 8,
-            "the default keeps the list under an eighth of etcd's 1.5 MiB"
+            DEFAULT_MAX_PARTITIONS * (entry + managed) <= 1_536 * 1024 / 8,
+            "the default keeps the list within an eighth of etcd's 1.5 MiB"
         );
+        let mirroring = PartitionStatus {
+            partition: 999,
+            state: Mirroring,
+            state_epoch: 12,
+            source_log_end_offset: Some(123_456_789),
+            destination_log_end_offset: Some(123_456_789),
+            last_mirrored_offset: Some(123_456_788),
+            lag: Some(0),
+            lag_seconds: Some(0.0),
+            offsets_identical: Some(true),
+            fetcher_pod: Some("dr-orders-fetcher-12".into()),
+            last_transition_time: Some("2026-12-07T23:59:59.999Z".into()),
+            ..Default::default()
+        };
+        let typical = serde_json::to_string(&mirroring).unwrap().len();
+        eprintln!("a MIRRORING partition's entry: {typical} bytes");
+        assert!(typical * 3 < entry);
     }
 }
