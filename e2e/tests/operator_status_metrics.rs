@@ -313,7 +313,9 @@ async fn a_large_topic_lists_its_worst_partitions_and_the_plugin_shows_all() {
             ("mirrortopic-stopped-large.json", &stopped),
         ] {
             let mut v = serde_json::to_value(object).unwrap();
-            v["metadata"]["managedFields"] = Value::Null;
+            if let Some(metadata) = v["metadata"].as_object_mut() {
+                metadata.remove("managedFields");
+            }
             std::fs::write(dir.join(file), serde_json::to_string_pretty(&v).unwrap()).unwrap();
         }
     }
