@@ -218,6 +218,29 @@ mod tests {
             p.state = PartitionState::Stopped;
         }
         assert_eq!(not_failed_over(&t), None);
+        // A large topic lists only some partitions: the counts decide.
+        let st = t.status.as_mut().unwrap();
+        st.partitions_omitted = 9;
+        st.partition_counts = Some(kmirror_crds::v1alpha1::PartitionCounts {
+            total: 12,
+            stopped: 10,
+            stopping: 2,
+            ..Default::default()
+        });
+        assert_eq!(not_failed_over(&t).unwrap(), "2 partitions are not STOPPED");
+        t.status.as_mut().unwrap().partitions[2].state = PartitionState::Stopping;
+        assert_eq!(
+            not_failed_over(&t).unwrap(),
+            "partition 2 is STOPPING, and 1 more not STOPPED"
+        );
+        let st = t.status.as_mut().unwrap();
+        st.partitions[2].state = PartitionState::Stopped;
+        st.partition_counts = Some(kmirror_crds::v1alpha1::PartitionCounts {
+            total: 12,
+            stopped: 12,
+            ..Default::default()
+        });
+        assert_eq!(not_failed_over(&t), None);
         let mut bare = topic("dr-x", "dr", "x");
         bare.spec.state = DesiredState::Stopped;
         assert!(
