@@ -47,9 +47,21 @@ local desired = "Mirroring"
 if obj.spec ~= nil and obj.spec.state ~= nil then
   desired = obj.spec.state
 end
+-- The counts cover every partition; a large topic lists only its worst partitions (status
+-- written before the counts existed: count the list).
 local partitions = status.partitions or {}
+local counts = status.partitionCounts
+local function inState(state, key)
+  if counts ~= nil then
+    return counts[key] or 0
+  end
+  return count(partitions, state)
+end
 local total = #partitions
-local failed = count(partitions, "FAILED")
+if counts ~= nil then
+  total = counts.total or 0
+end
+local failed = inState("FAILED", "failed")
 local failedCondition = condition(status.conditions, "Failed")
 if failed > 0 or (failedCondition ~= nil and failedCondition.status == "True") then
   hs.status = "Degraded"
@@ -60,12 +72,12 @@ if failed > 0 or (failedCondition ~= nil and failedCondition.status == "True") t
   end
   return hs
 end
-if desired == "Stopped" and total > 0 and count(partitions, "STOPPED") == total then
+if desired == "Stopped" and total > 0 and inState("STOPPED", "stopped") == total then
   hs.status = "Healthy"
   hs.message = "Failed over: all " .. total .. " partitions STOPPED, the destination topic is writable"
   return hs
 end
-if desired == "Paused" and total > 0 and count(partitions, "PAUSED") == total then
+if desired == "Paused" and total > 0 and inState("PAUSED", "paused") == total then
   hs.status = "Suspended"
   hs.message = "Paused: all " .. total .. " partitions PAUSED, nothing is copied"
   return hs

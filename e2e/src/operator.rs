@@ -475,14 +475,16 @@ impl Drop for Scenario {
     }
 }
 
-/// Whether every partition of a MirrorTopic is in `state`.
+/// Whether the MirrorTopic has `count` partitions, every one in `state` (from the status's
+/// counts: a large topic lists only some partitions).
 pub fn all_partitions(
     t: &MirrorTopic,
     state: kmirror_crds::v1alpha1::PartitionState,
     count: usize,
 ) -> bool {
     t.status.as_ref().is_some_and(|s| {
-        s.partitions.len() == count && s.partitions.iter().all(|p| p.state == state)
+        let c = s.counts();
+        c.total as usize == count && s.all_in(state)
     })
 }
 

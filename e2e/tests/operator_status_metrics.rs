@@ -1,17 +1,20 @@
-//! The operator's alerting series on the real bed: a consumer group the destination refuses is
-//! counted in `kmirror_operator_group_sync_failures_total{mirror,group}` and named in the
-//! mirror's status while the other groups are still synced, and the state topic reads as
-//! available (`kmirror_operator_state_topic_available`).
+//! The operator's alerting series and status on the real bed: a consumer group the destination
+//! refuses is counted in `kmirror_operator_group_sync_failures_total{mirror,group}` and named in
+//! the mirror's status while the other groups are still synced, and the state topic reads as
+//! available (`kmirror_operator_state_topic_available`); a topic with more partitions than the
+//! operator lists (`--status-max-partitions`) lists its worst ones and counts them all, and
+//! `kubectl mirror status --partitions all` shows every one.
 
 use std::time::{Duration, Instant};
 
 use kmirror_crds::v1alpha1::PartitionState;
 use kmirror_e2e::Testbed;
 use kmirror_e2e::fetcher::ensure_state_topic;
+use kmirror_e2e::kafka::TestRecord;
 use kmirror_e2e::kafka::{
     DestUser, create_topic, mixed_records, produce_all, unique_name, watermarks,
 };
-use kmirror_e2e::operator::{OperatorProcess, Scenario, all_partitions};
+use kmirror_e2e::operator::{OperatorProcess, Scenario, all_partitions, kubectl_mirror};
 use kmirror_state::kafka_admin::{
     AclBinding, Operation, PatternType, Permission, ResourceType, create_acls, delete_acls,
 };
@@ -20,7 +23,7 @@ use rdkafka::admin::AdminClient;
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
-use serde_json::json;
+use serde_json::{Value, json};
 
 const TIMEOUT: Duration = Duration::from_secs(15);
 
@@ -130,5 +133,191 @@ async fn a_refused_group_is_counted_and_named_while_the_others_sync() {
     );
 
     delete_acls(admin.inner(), &[deny(&refused)], TIMEOUT).unwrap();
+    s.cleanup().await;
+}
+
+/// The listed partitions' numbers and states, the counts, and how many are not listed.
+fn listing(t: &kmirror_crds::v1alpha1::MirrorTopic) -> String {
+    let s = t.status.clone().unwrap_or_default();
+    let listed: Vec<String> = s
+        .partitions
+        .iter()
+        .map(|p| format!("{}:{}", p.partition, p.state))
+        .collect();
+    format!(
+        "listed [{}], counts {:?}, omitted {}",
+        listed.join(" "),
+        s.partition_counts,
+        s.partitions_omitted
+    )
+}
+
+#[tokio::test]
+async fn a_large_topic_lists_its_worst_partitions_and_the_plugin_shows_all() {
+    const PARTITIONS: i32 = 12;
+    const LISTED: usize = 5;
+    const BROKEN: i32 = 7;
+    let bed = Testbed::get();
+    ensure_state_topic(bed);
+    let s = Scenario::new(bed, "bounded").await;
+    let topic = unique_name("wide");
+    let source = bed.source_config();
+    let dest = bed.dest_config(DestUser::Admin);
+    create_topic(&source, &topic, PARTITIONS, &[])
+        .await
+        .unwrap();
+    produce_all(&source, &topic, &mixed_records(48, PARTITIONS, 0, 5), &[]).unwrap();
+    let on_source = watermarks(&source, &topic, BROKEN).unwrap().1;
+
+    // Set through the environment too, so that the same test runs against an operator without
+    // the flag (KMIRROR_E2E_BIN_DIR) and shows what it lists.
+    let _op =
+        OperatorProcess::spawn_with_env(bed, &s.ns, &[], &[("KMIRROR_STATUS_MAX_PARTITIONS", "5")]);
+    s.apply_mirror("dr", Scenario::mirror_spec(bed)).await;
+    s.apply_topic("t", json!({"mirror": "dr", "sourceTopic": topic}))
+        .await;
+    s.wait_topic("t", "MIRRORING", Duration::from_secs(90), |t| {
+        all_partitions(t, PartitionState::Mirroring, PARTITIONS as usize)
+    })
+    .await;
+
+    // Partition 7 FAILED: another client writes to its destination once its records are copied,
+    // then the source moves on (ForeignWrite, not retried).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while watermarks(&dest, &topic, BROKEN).map(|w| w.1).unwrap_or(0) < on_source {
+        assert!(Instant::now() < deadline, "partition {BROKEN} not copied");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let one = |p: i32, seed| TestRecord {
+        partition: p,
+        ..mixed_records(1, 1, 0, seed).remove(0)
+    };
+    produce_all(&dest, &topic, &[one(BROKEN, 11)], &[]).unwrap();
+    produce_all(&source, &topic, &[one(BROKEN, 12)], &[]).unwrap();
+    let failed = s
+        .wait_topic("t", "partition 7 FAILED", Duration::from_secs(60), |t| {
+            t.status
+                .as_ref()
+                .is_some_and(|st| st.counts().failed == 1 && st.counts().mirroring == 11)
+        })
+        .await;
+    let st = failed.status.clone().unwrap();
+    eprintln!("FAILED: {}", listing(&failed));
+    assert_eq!(st.partitions.len(), LISTED, "{}", listing(&failed));
+    let counts = st.counts();
+    assert_eq!(
+        (counts.total, counts.failed, counts.mirroring),
+        (PARTITIONS, 1, 11),
+        "{}",
+        listing(&failed)
+    );
+    assert_eq!(st.partitions_omitted, PARTITIONS - LISTED as i32);
+    assert!(
+        st.partitions
+            .iter()
+            .any(|p| p.partition == BROKEN && p.state == PartitionState::Failed),
+        "the FAILED partition is listed: {}",
+        listing(&failed)
+    );
+    assert_eq!(st.partitions_summary.as_deref(), Some("11/12"));
+    let object = serde_json::to_vec(&failed).unwrap().len();
+    eprintln!("the MirrorTopic of 12 partitions listing 5: {object} bytes as JSON");
+
+    // The plugin: by default what the status holds and what it leaves out; with
+    // --partitions all, every partition from the state topic.
+    let (code, table, err) = kubectl_mirror(bed, &s.ns, &["status", "dr"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        table.contains("7 more partitions not shown (7 MIRRORING")
+            && table.contains("--partitions all shows them"),
+        "{table}"
+    );
+    let (code, out, err) = kubectl_mirror(
+        bed,
+        &s.ns,
+        &["status", "dr", "--partitions", "all", "-o", "json"],
+    );
+    assert_eq!(code, 0, "{err}");
+    let doc: Value = serde_json::from_str(&out).unwrap();
+    let shown = &doc["mirrors"][0]["topics"][0];
+    let partitions: Vec<(i64, String)> = shown["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["partition"].as_i64().unwrap(),
+                p["state"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let expected: Vec<(i64, String)> = (0..i64::from(PARTITIONS))
+        .map(|p| {
+            let state = if p == i64::from(BROKEN) {
+                "FAILED"
+            } else {
+                "MIRRORING"
+            };
+            (p, state.to_string())
+        })
+        .collect();
+    assert_eq!(partitions, expected, "{out}");
+    assert_eq!(shown["partitionsOmitted"], 0, "{out}");
+    let (code, table, err) = kubectl_mirror(bed, &s.ns, &["status", "dr", "--partitions", "all"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(!table.contains("not shown"), "{table}");
+    assert_eq!(
+        table.lines().filter(|l| l.contains("MIRRORING")).count(),
+        11,
+        "{table}"
+    );
+
+    // Failover: every partition STOPPED, decided from the counts (5 listed).
+    s.patch_topic(
+        "t",
+        json!({"state": "Stopped", "failover": {"mode": "Immediate"}}),
+    )
+    .await;
+    let stopped = s
+        .wait_topic("t", "all STOPPED", Duration::from_secs(90), |t| {
+            all_partitions(t, PartitionState::Stopped, PARTITIONS as usize)
+                && t.status.as_ref().is_some_and(|st| {
+                    st.conditions
+                        .iter()
+                        .any(|c| c.type_ == "Ready" && c.status == "True")
+                })
+        })
+        .await;
+    let st = stopped.status.clone().unwrap();
+    assert_eq!(
+        (st.partitions.len(), st.partitions_omitted),
+        (LISTED, 7),
+        "{}",
+        listing(&stopped)
+    );
+    s.wait_mirror(
+        "dr",
+        "12 partitions STOPPED",
+        Duration::from_secs(30),
+        |m| {
+            m.status.as_ref().is_some_and(|st| {
+                st.partitions.stopped == PARTITIONS && st.partitions.total == PARTITIONS
+            })
+        },
+    )
+    .await;
+    if std::env::var_os("KMIRROR_WRITE_FIXTURES").is_some() {
+        let dir = kmirror_e2e::testbed::repo_root().join("deploy/argocd/testdata");
+        for (file, object) in [
+            ("mirrortopic-failed-large.json", &failed),
+            ("mirrortopic-stopped-large.json", &stopped),
+        ] {
+            let mut v = serde_json::to_value(object).unwrap();
+            if let Some(metadata) = v["metadata"].as_object_mut() {
+                metadata.remove("managedFields");
+            }
+            std::fs::write(dir.join(file), serde_json::to_string_pretty(&v).unwrap()).unwrap();
+        }
+    }
     s.cleanup().await;
 }

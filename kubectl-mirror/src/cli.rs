@@ -46,6 +46,8 @@ macro_rules! status_shape {
         "divergencePolicy": null,          // Recreate | KeepAndTranslate | null
         "phase": "Mirroring",              // status.phase, "Pending" without status
         "maxLag": 0, "offsetsIdentical": true,
+        "partitionCounts": {"total": 6, ...},   // every partition, listed or not
+        "partitionsOmitted": 0,            // partitions not in "partitions" (see --partitions)
         "partitions": [{
           "partition": 0, "state": "MIRRORING", "stateEpoch": 3,
           "lag": 0, "lagSeconds": 0.0,
@@ -60,8 +62,12 @@ macro_rules! status_shape {
     }]
   }
 
-partitionCounts are counted from the listed partitions; topics without status have an empty
-"partitions" list and phase "Pending". Mirrors are sorted by namespace and name, topics by
+A mirror's partitionCounts add up its topics' counts. A topic with more partitions than the
+operator lists in its status (--status-max-partitions, default 100) lists its worst ones
+(FAILED, then those on their way, then MIRRORING by highest lag) and says how many it leaves out
+in partitionsOmitted; --partitions all reads the others from the mirror's state topic (through
+kmirror-verify, with the ClusterMirror's destination connection). Topics without status have an
+empty "partitions" list and phase "Pending". Mirrors are sorted by namespace and name, topics by
 source topic, partitions by number."#
     };
 }
@@ -327,6 +333,20 @@ pub struct StatusArgs {
     /// after a `# <time>` line (-o json: one document per change; -o yaml: `---` between them).
     #[arg(short = 'w', long)]
     pub watch: bool,
+    /// Which partitions to show: those the status lists (a large topic lists only its worst
+    /// ones), or all, reading the others from the mirror's state topic with kmirror-verify.
+    #[arg(long, value_enum, default_value_t = PartitionsShown::Listed)]
+    pub partitions: PartitionsShown,
+}
+
+/// Which partitions `status` shows.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PartitionsShown {
+    /// Those the MirrorTopic's status lists.
+    #[default]
+    Listed,
+    /// Every partition: the state topic has those the status does not list.
+    All,
 }
 
 /// `failover`.
@@ -515,6 +535,13 @@ mod tests {
         assert_eq!(s.output, Output::Json);
         assert_eq!(cli.global.context.as_deref(), Some("c"));
         assert!(parse(&["status", "-o", "xml"]).is_err());
+        assert_eq!(s.partitions, PartitionsShown::Listed);
+        let cli = parse(&["status", "dr", "--partitions", "all"]).unwrap();
+        let Command::Status(s) = cli.command else {
+            panic!("status expected")
+        };
+        assert_eq!(s.partitions, PartitionsShown::All);
+        assert!(parse(&["status", "--partitions", "some"]).is_err());
     }
 
     #[test]

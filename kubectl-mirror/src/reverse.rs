@@ -109,7 +109,19 @@ pub fn not_failed_over(t: &MirrorTopic) -> Option<String> {
         .filter(|p| p.state != PartitionState::Stopped)
         .map(|p| format!("{} is {}", p.partition, p.state))
         .collect();
-    (!pending.is_empty()).then(|| format!("partition {}", pending.join(", partition ")))
+    // From the counts: a large topic lists only some partitions (those not STOPPED first).
+    let counts = t.status.as_ref().map(|s| s.counts()).unwrap_or_default();
+    let unlisted = counts.total - counts.stopped - pending.len() as i32;
+    if pending.is_empty() && unlisted <= 0 {
+        return None;
+    }
+    let mut why = format!("partition {}", pending.join(", partition "));
+    if pending.is_empty() {
+        why = format!("{unlisted} partitions are not STOPPED");
+    } else if unlisted > 0 {
+        why.push_str(&format!(", and {unlisted} more not STOPPED"));
+    }
+    Some(why)
 }
 
 #[cfg(test)]
@@ -205,6 +217,29 @@ mod tests {
         for p in &mut t.status.as_mut().unwrap().partitions {
             p.state = PartitionState::Stopped;
         }
+        assert_eq!(not_failed_over(&t), None);
+        // A large topic lists only some partitions: the counts decide.
+        let st = t.status.as_mut().unwrap();
+        st.partitions_omitted = 9;
+        st.partition_counts = Some(kmirror_crds::v1alpha1::PartitionCounts {
+            total: 12,
+            stopped: 10,
+            stopping: 2,
+            ..Default::default()
+        });
+        assert_eq!(not_failed_over(&t).unwrap(), "2 partitions are not STOPPED");
+        t.status.as_mut().unwrap().partitions[2].state = PartitionState::Stopping;
+        assert_eq!(
+            not_failed_over(&t).unwrap(),
+            "partition 2 is STOPPING, and 1 more not STOPPED"
+        );
+        let st = t.status.as_mut().unwrap();
+        st.partitions[2].state = PartitionState::Stopped;
+        st.partition_counts = Some(kmirror_crds::v1alpha1::PartitionCounts {
+            total: 12,
+            stopped: 12,
+            ..Default::default()
+        });
         assert_eq!(not_failed_over(&t), None);
         let mut bare = topic("dr-x", "dr", "x");
         bare.spec.state = DesiredState::Stopped;

@@ -29,6 +29,8 @@ pub struct Settings {
     pub max_fetcher_pods_per_mirror: usize,
     /// How often and how fast statuses are written.
     pub status_limits: crate::status_writer::StatusLimits,
+    /// Most partitions a `MirrorTopic`'s status lists (the worst ones; counts cover all).
+    pub status_max_partitions: usize,
 }
 
 /// When each mirror's metadata sync last ran (in this process).

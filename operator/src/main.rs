@@ -94,6 +94,16 @@ struct Args {
         default_value_t = 2.0
     )]
     status_progress_writes_per_second: f64,
+    /// Most partitions one MirrorTopic's status lists: a topic with more lists the worst ones
+    /// (FAILED, then those on their way, then MIRRORING by highest lag) and counts them all, so
+    /// that its object stays far below etcd's size limit.
+    #[arg(
+        long,
+        env = "KMIRROR_STATUS_MAX_PARTITIONS",
+        default_value_t = kmirror_operator::mirror_topic::listed::DEFAULT_MAX_PARTITIONS as u64,
+        value_parser = clap::value_parser!(u64).range(1..),
+    )]
+    status_max_partitions: u64,
     /// Run controllers only while holding a Lease (for more than one replica).
     #[arg(long, env = "KMIRROR_LEADER_ELECTION")]
     leader_election: bool,
@@ -157,6 +167,8 @@ async fn main() -> anyhow::Result<()> {
                 writes_per_second: args.status_writes_per_second,
                 progress_writes_per_second: args.status_progress_writes_per_second,
             },
+            status_max_partitions: usize::try_from(args.status_max_partitions)
+                .unwrap_or(usize::MAX),
         },
         Metrics::default(),
     ));

@@ -4,6 +4,7 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kmirror_crds::v1alpha1::{PartitionCounts, PartitionState, PartitionStatus};
+pub use kmirror_state::partition_view::{LINE_MAX, human_line, truncate};
 
 /// Sets (or replaces) a condition, keeping `lastTransitionTime` when the status is unchanged.
 pub fn set_condition(
@@ -134,69 +135,6 @@ pub fn condition_is(conditions: &[Condition], type_: &str) -> Option<bool> {
         .map(|c| c.status == "True")
 }
 
-/// Cuts a message to at most `max` bytes on a character boundary.
-pub fn truncate(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_string();
-    }
-    let mut end = max.saturating_sub(3);
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}...", &s[..end])
-}
-
-/// Longest message put into a partition's `lastError` or a condition about one partition.
-pub const LINE_MAX: usize = 320;
-
-/// What a person should read of an error text: one line, without log framing, at most
-/// [`LINE_MAX`] bytes. Structured log lines (JSON, as the fetcher logs) give their message and
-/// error fields; of several lines, the last error line wins (it says why the process stopped).
-pub fn human_line(text: &str) -> String {
-    let mut lines: Vec<(bool, String)> = Vec::new();
-    for raw in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
-        match serde_json::from_str::<serde_json::Value>(raw) {
-            Ok(serde_json::Value::Object(o)) => {
-                let fields = o.get("fields").and_then(|f| f.as_object());
-                let field = |k: &str| {
-                    fields
-                        .and_then(|f| f.get(k))
-                        .or_else(|| o.get(k))
-                        .and_then(|v| v.as_str())
-                        .map(str::trim)
-                        .filter(|v| !v.is_empty())
-                };
-                let level = o.get("level").and_then(|v| v.as_str()).unwrap_or("");
-                let error = level.eq_ignore_ascii_case("error");
-                match (field("message").or_else(|| field("msg")), field("error")) {
-                    (Some(m), Some(e)) => lines.push((error, format!("{m}: {e}"))),
-                    (Some(m), None) | (None, Some(m)) => lines.push((error, m.to_string())),
-                    (None, None) => {}
-                }
-            }
-            _ => lines.push((false, raw.to_string())),
-        }
-    }
-    let chosen = if lines.len() > 1 && lines.iter().any(|(e, _)| *e) {
-        lines.iter().rev().find(|(e, _)| *e).map(|(_, l)| l.clone())
-    } else if lines.iter().all(|(_, l)| l.len() < LINE_MAX / 4) {
-        Some(
-            lines
-                .iter()
-                .map(|(_, l)| l.as_str())
-                .collect::<Vec<_>>()
-                .join("; "),
-        )
-    } else {
-        lines.last().map(|(_, l)| l.clone())
-    };
-    let line = chosen.unwrap_or_default();
-    truncate(
-        &line.split_whitespace().collect::<Vec<_>>().join(" "),
-        LINE_MAX,
-    )
-}
-
 /// A range of offsets, written so that nobody miscounts it: `from` (inclusive) up to `end`
 /// (exclusive) reads "offsets 2169–2173 (5 records)" — inclusive, with an en dash; `records`
 /// is the count when it differs from the number of offsets (a compacted or transactional log).
@@ -233,36 +171,12 @@ pub fn phase(partitions: &[PartitionStatus]) -> String {
 
 /// Counts partitions per state.
 pub fn count(partitions: impl IntoIterator<Item = PartitionState>) -> PartitionCounts {
-    let mut c = PartitionCounts::default();
-    for s in partitions {
-        c.total += 1;
-        match s {
-            PartitionState::Unknown => c.unknown += 1,
-            PartitionState::Preparing => c.preparing += 1,
-            PartitionState::Mirroring => c.mirroring += 1,
-            PartitionState::Pausing => c.pausing += 1,
-            PartitionState::Paused => c.paused += 1,
-            PartitionState::Stopping => c.stopping += 1,
-            PartitionState::Stopped => c.stopped += 1,
-            PartitionState::Failed => c.failed += 1,
-        }
-    }
-    c
+    PartitionCounts::of(partitions)
 }
 
 /// Adds two counts.
 pub fn add_counts(a: &PartitionCounts, b: &PartitionCounts) -> PartitionCounts {
-    PartitionCounts {
-        total: a.total + b.total,
-        unknown: a.unknown + b.unknown,
-        preparing: a.preparing + b.preparing,
-        mirroring: a.mirroring + b.mirroring,
-        pausing: a.pausing + b.pausing,
-        paused: a.paused + b.paused,
-        stopping: a.stopping + b.stopping,
-        stopped: a.stopped + b.stopped,
-        failed: a.failed + b.failed,
-    }
+    a.add(b)
 }
 
 #[cfg(test)]

@@ -53,6 +53,13 @@ impl HasStatus for MirrorTopic {
     fn without_progress(status: &MirrorTopicStatus) -> MirrorTopicStatus {
         let mut s = status.clone();
         s.max_lag = None;
+        // A topic that lists only its worst partitions lists the MIRRORING ones of highest lag:
+        // which ones they are changes with the lag, and is progress too (a MIRRORING partition
+        // with an error is listed before them, and stays a change of state).
+        if s.partitions_omitted > 0 {
+            s.partitions
+                .retain(|p| p.state != PartitionState::Mirroring || p.last_error.is_some());
+        }
         // Only a MIRRORING partition's offsets are progress: a stopped one's last mirrored
         // offset is where a failover ended, written as soon as it changes.
         for p in s
@@ -386,6 +393,32 @@ mod tests {
         let mut more = moved.clone();
         more.partitions.push(partition(Mirroring, 1, 1));
         assert!(!progress_only(&moved, &more), "a new partition");
+
+        // A topic listing only its worst partitions: which MIRRORING ones have the highest lag
+        // is progress; a FAILED one listed, or a MIRRORING one with an error, is not.
+        let listed = |partitions: Vec<(i32, PartitionState)>| MirrorTopicStatus {
+            partitions_omitted: 3,
+            ..topic(
+                partitions
+                    .into_iter()
+                    .map(|(n, state)| PartitionStatus {
+                        partition: n,
+                        ..partition(state, 10, i64::from(n))
+                    })
+                    .collect(),
+            )
+        };
+        let by_lag = listed(vec![(1, Mirroring), (2, Mirroring)]);
+        let other_lag = listed(vec![(2, Mirroring), (3, Mirroring)]);
+        assert!(
+            progress_only(&by_lag, &other_lag),
+            "other partitions by lag"
+        );
+        let one_failed = listed(vec![(1, Failed), (2, Mirroring)]);
+        assert!(!progress_only(&by_lag, &one_failed), "a FAILED partition");
+        let mut erring = other_lag.clone();
+        erring.partitions[0].last_error = Some("lag unknown".into());
+        assert!(!progress_only(&other_lag, &erring), "an error");
 
         let cm = |lag, mirroring| ClusterMirrorStatus {
             max_lag: Some(lag),

@@ -7,6 +7,7 @@
 //! - [`leases`] and [`lease_io`]: the lease topic's records (one writer per destination
 //!   partition), the holder's validity arithmetic, and reading and writing them;
 //! - [`offset_map`]: the exact source ↔ destination offset map;
+//! - [`partition_view`]: a partition's status projected from its records;
 //! - [`kafka_admin`]: the admin calls rdkafka's Rust API lacks (topic IDs, ACLs, configs);
 //! - [`kafka_record`]: owned record copies, their comparison, reading one record;
 //! - [`connection`] and [`flags`]: how a process is told to reach the two clusters;
@@ -21,6 +22,7 @@ pub mod lease_io;
 pub mod leases;
 pub mod logging;
 pub mod offset_map;
+pub mod partition_view;
 pub mod pool;
 pub mod quiet;
 pub mod records;

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::common::conditions_schema;
 use super::connection::KafkaConnection;
+use super::partition::PartitionState;
 use super::pod_template::FetcherPodTemplate;
 
 /// Default name of the compacted state topic on the destination cluster.
@@ -532,6 +533,55 @@ pub struct PartitionCounts {
     /// In FAILED.
     #[serde(default)]
     pub failed: i32,
+}
+
+impl PartitionCounts {
+    /// Counts partitions per state.
+    pub fn of(states: impl IntoIterator<Item = PartitionState>) -> PartitionCounts {
+        let mut c = PartitionCounts::default();
+        for s in states {
+            c.total += 1;
+            *c.slot(s) += 1;
+        }
+        c
+    }
+
+    /// Partitions in `state`.
+    pub fn get(&self, state: PartitionState) -> i32 {
+        match state {
+            PartitionState::Unknown => self.unknown,
+            PartitionState::Preparing => self.preparing,
+            PartitionState::Mirroring => self.mirroring,
+            PartitionState::Pausing => self.pausing,
+            PartitionState::Paused => self.paused,
+            PartitionState::Stopping => self.stopping,
+            PartitionState::Stopped => self.stopped,
+            PartitionState::Failed => self.failed,
+        }
+    }
+
+    fn slot(&mut self, state: PartitionState) -> &mut i32 {
+        match state {
+            PartitionState::Unknown => &mut self.unknown,
+            PartitionState::Preparing => &mut self.preparing,
+            PartitionState::Mirroring => &mut self.mirroring,
+            PartitionState::Pausing => &mut self.pausing,
+            PartitionState::Paused => &mut self.paused,
+            PartitionState::Stopping => &mut self.stopping,
+            PartitionState::Stopped => &mut self.stopped,
+            PartitionState::Failed => &mut self.failed,
+        }
+    }
+
+    /// The sum of two counts.
+    pub fn add(&self, other: &PartitionCounts) -> PartitionCounts {
+        let mut sum = self.clone();
+        sum.total += other.total;
+        for s in PartitionState::ALL {
+            *sum.slot(s) += other.get(s);
+        }
+        sum
+    }
 }
 
 /// Outcome of each part of the metadata sync.

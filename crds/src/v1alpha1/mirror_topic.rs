@@ -7,8 +7,9 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::cluster_mirror::PartitionCounts;
 use super::common::conditions_schema;
-use super::partition::PartitionStatus;
+use super::partition::{PartitionState, PartitionStatus};
 
 /// One mirrored topic. Failover is `spec.state: Stopped`.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, kube::KubeSchema)]
@@ -204,10 +205,20 @@ pub struct MirrorTopicStatus {
     /// True when every partition has identical offsets on both sides.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub offsets_identical: Option<bool>,
-    /// Per partition state, offsets, lag and errors.
+    /// Partitions per lifecycle state, over all partitions of the topic (also those not listed
+    /// in `partitions`): what decides "all MIRRORING" or "all STOPPED".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition_counts: Option<PartitionCounts>,
+    /// Per partition state, offsets, lag and errors. A topic with more partitions than the
+    /// operator lists (`--status-max-partitions`) lists the worst ones: FAILED first, then those
+    /// on their way (PREPARING, STOPPING, ...), then MIRRORING by highest lag.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "partitions_schema")]
     pub partitions: Vec<PartitionStatus>,
+    /// Partitions not listed in `partitions` (0: every partition is listed).
+    /// `kubectl mirror status --partitions all` shows them all.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub partitions_omitted: i32,
     /// Source topic configs the destination topic does not get, each with the reason (a key
     /// the destination's Kafka version removed or does not know, a value it refused).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -245,6 +256,27 @@ fn partitions_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Sch
         serde_json::json!(["partition"]),
     );
     schema
+}
+
+fn is_zero(n: &i32) -> bool {
+    *n == 0
+}
+
+impl MirrorTopicStatus {
+    /// The partition counts: `partitionCounts`, or — in a status written before it existed —
+    /// counted from the listed partitions.
+    pub fn counts(&self) -> PartitionCounts {
+        self.partition_counts
+            .clone()
+            .unwrap_or_else(|| PartitionCounts::of(self.partitions.iter().map(|p| p.state)))
+    }
+
+    /// Whether the topic has partitions and every one is in `state` (from the counts, not the
+    /// list: a large topic lists only some).
+    pub fn all_in(&self, state: PartitionState) -> bool {
+        let c = self.counts();
+        c.total > 0 && c.get(state) == c.total
+    }
 }
 
 impl MirrorTopic {

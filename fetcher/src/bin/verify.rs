@@ -2,6 +2,11 @@
 //! offset map recorded in the state topic. Exit 0 when clean, 1 on mismatches (missing,
 //! different or extra records, or copies after the last source record: duplicates, unless
 //! `--allow-trailing` says the source is still being written), 2 on errors.
+//!
+//! With `--state-only` it compares nothing: it prints each partition's status as recorded in the
+//! state topic (the `MirrorTopic` status entry the operator would write, one JSON object a
+//! line), reading only the destination cluster. `kubectl mirror status --partitions all` uses it
+//! for the partitions a large topic's status does not list.
 
 use std::time::Duration;
 
@@ -9,6 +14,7 @@ use clap::Parser;
 use kmirror_fetcher::Isolation;
 use kmirror_fetcher::verify::{Side, verify_partition};
 use kmirror_state::flags::ClusterFlags;
+use kmirror_state::partition_view::partition_status;
 use kmirror_state::store;
 
 /// Verify a mirrored topic.
@@ -42,9 +48,44 @@ struct Args {
     /// mismatch (the source is still being written while verifying).
     #[arg(long)]
     allow_trailing: bool,
+    /// Verify nothing: print each recorded partition's status from the state topic (reads the
+    /// destination cluster only).
+    #[arg(long)]
+    state_only: bool,
+}
+
+/// Prints the status of each partition of `args.partitions` (default: all recorded) from the
+/// state topic, one JSON object a line.
+fn print_state(args: &Args) -> Result<bool, String> {
+    let destination = args.clusters.destination()?;
+    let destination = destination.client_config().map_err(|e| e.to_string())?;
+    let units = store::load(
+        &destination,
+        &args.state_topic,
+        |k| k.mirror == args.mirror && k.topic == args.source_topic,
+        Duration::from_secs(args.timeout_seconds),
+    )
+    .map_err(|e| e.to_string())?;
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    for ((_, _, p), records) in &units {
+        if records.state.is_none() || !(args.partitions.is_empty() || args.partitions.contains(p)) {
+            continue;
+        }
+        let status = partition_status(*p, records, None, now_ms);
+        println!(
+            "{}",
+            serde_json::to_string(&status).expect("status serializes")
+        );
+    }
+    Ok(true)
 }
 
 fn run(args: Args) -> Result<bool, String> {
+    if args.state_only {
+        return print_state(&args);
+    }
     let source = args.clusters.source()?;
     let destination = args.clusters.destination()?;
     let source = source.client_config().map_err(|e| e.to_string())?;

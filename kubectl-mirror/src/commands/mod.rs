@@ -1,5 +1,6 @@
 //! The commands: each reads what it needs from the cluster, acts, and prints.
 
+mod all_partitions;
 mod failback;
 mod status;
 mod topics;

@@ -1,6 +1,6 @@
 //! `kubectl mirror status`.
 
-use crate::cli::{Output, StatusArgs};
+use crate::cli::{Output, PartitionsShown, StatusArgs};
 use crate::client::Kube;
 use crate::error::{Error, Result};
 use crate::render;
@@ -54,6 +54,9 @@ pub async fn snapshot(kube: &Kube, args: &StatusArgs) -> Result<Snapshot> {
     let mut doc = render::status_document(&mirrors, &topics);
     if with_orphans {
         doc.orphan_topics = render::orphan_topics(&mirrors, &topics);
+    }
+    if args.partitions == PartitionsShown::All {
+        super::all_partitions::complete(kube, &mirrors, &mut doc).await?;
     }
     Ok(match args.output {
         Output::Table | Output::Wide if doc.mirrors.is_empty() && doc.orphan_topics.is_empty() => {

@@ -153,6 +153,16 @@ pub async fn failover(kube: &Kube, args: &FailoverArgs) -> Result<()> {
         wait::summary(&done)
     ));
     super::emit(&render::last_mirrored_table(&refs));
+    for t in &done {
+        let omitted = t.status.as_ref().map_or(0, |s| s.partitions_omitted);
+        if omitted > 0 {
+            line(&format!(
+                "{}: {omitted} more partitions not shown; kubectl mirror status {} \
+                 --partitions all shows their last mirrored offsets",
+                t.spec.source_topic, args.mirror
+            ));
+        }
+    }
     Ok(())
 }
 

@@ -36,7 +36,7 @@ pub async fn run(kube: &Kube, args: &VerifyArgs) -> Result<()> {
         .map_err(|e| Error::failed(format!("cannot create a private temporary directory: {e}")))?;
     let source = verifier::side_args(Side::Source, &mirror.spec.source, dir.path());
     let destination = verifier::side_args(Side::Destination, &mirror.spec.destination, dir.path());
-    write_secrets(kube, source.files.iter().chain(&destination.files)).await?;
+    write_secrets(kube, ns, source.files.iter().chain(&destination.files)).await?;
 
     let mut doc = VerifyDocument {
         mirror: reverse::key(&mirror),
@@ -45,8 +45,10 @@ pub async fn run(kube: &Kube, args: &VerifyArgs) -> Result<()> {
     };
     for t in &chosen {
         let partitions = if args.partitions.is_empty() {
+            // A status that lists only some partitions: every partition recorded (empty).
             t.status
                 .as_ref()
+                .filter(|s| s.partitions_omitted == 0)
                 .map(|s| s.partitions.iter().map(|p| p.partition).collect())
                 .unwrap_or_default()
         } else {
@@ -157,9 +159,13 @@ async fn verify_topic(
     })
 }
 
-/// Reads each referenced Secret once and writes the referenced values to their files.
-async fn write_secrets<'a>(kube: &Kube, files: impl Iterator<Item = &'a SecretFile>) -> Result<()> {
-    let ns = kube.namespace.as_str();
+/// Reads each referenced Secret of namespace `ns` once and writes the referenced values to their
+/// files.
+pub(super) async fn write_secrets<'a>(
+    kube: &Kube,
+    ns: &str,
+    files: impl Iterator<Item = &'a SecretFile>,
+) -> Result<()> {
     let mut secrets: BTreeMap<String, Option<Secret>> = BTreeMap::new();
     for f in files {
         if !secrets.contains_key(&f.secret.name) {

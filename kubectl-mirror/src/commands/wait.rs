@@ -88,7 +88,10 @@ pub fn budget(explicit: Option<Duration>, topics: &[MirrorTopic]) -> (Duration, 
 pub fn summary(topics: &[MirrorTopic]) -> String {
     let mut counts: BTreeMap<String, usize> = BTreeMap::new();
     for t in topics {
-        let n = t.status.as_ref().map_or(0, |s| s.partitions.len());
+        let n = t
+            .status
+            .as_ref()
+            .map_or(0, |s| s.counts().total.max(0) as usize);
         if n > 0 {
             *counts.entry(target(t).to_string()).or_default() += n;
         }

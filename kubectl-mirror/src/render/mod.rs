@@ -58,7 +58,7 @@ pub struct MirrorView {
     pub reverse_of: Option<String>,
     /// The `Ready` condition, if reported.
     pub ready: Option<ConditionView>,
-    /// Partitions per state over the listed topics.
+    /// Partitions per state over the listed topics (all their partitions, listed or not).
     pub partition_counts: PartitionCounts,
     /// Topics, by source topic.
     pub topics: Vec<TopicView>,
@@ -98,8 +98,13 @@ pub struct TopicView {
     pub max_lag: Option<i64>,
     /// `status.offsetsIdentical`.
     pub offsets_identical: Option<bool>,
+    /// `status.partitionCounts`: partitions per state, over all partitions of the topic.
+    pub partition_counts: PartitionCounts,
     /// Partitions, by number.
     pub partitions: Vec<PartitionView>,
+    /// Partitions not in `partitions`: a large topic's status lists only its worst ones
+    /// (`--partitions all` reads the others from the state topic).
+    pub partitions_omitted: i32,
 }
 
 /// One partition of a topic (every key always present).
@@ -216,23 +221,50 @@ pub fn topic_view(t: &MirrorTopic) -> TopicView {
             .unwrap_or_else(|| "Pending".to_string()),
         max_lag: status.and_then(|s| s.max_lag),
         offsets_identical: status.and_then(|s| s.offsets_identical),
+        partition_counts: status.map(|s| s.counts()).unwrap_or_default(),
         partitions,
+        partitions_omitted: status.map_or(0, |s| s.partitions_omitted),
     }
 }
 
-fn count(counts: &mut PartitionCounts, state: PartitionState) {
-    counts.total += 1;
-    let slot = match state {
-        PartitionState::Unknown => &mut counts.unknown,
-        PartitionState::Preparing => &mut counts.preparing,
-        PartitionState::Mirroring => &mut counts.mirroring,
-        PartitionState::Pausing => &mut counts.pausing,
-        PartitionState::Paused => &mut counts.paused,
-        PartitionState::Stopping => &mut counts.stopping,
-        PartitionState::Stopped => &mut counts.stopped,
-        PartitionState::Failed => &mut counts.failed,
+/// The line that says what a topic's listed partitions leave out: "7 more partitions not shown
+/// (6 MIRRORING, lag at most 3; 1 STOPPING); --partitions all shows them" (`None`: nothing left
+/// out). The MIRRORING ones left out have no more lag than the least of those listed.
+pub fn omitted_note(t: &TopicView) -> Option<String> {
+    if t.partitions_omitted <= 0 {
+        return None;
+    }
+    let mut parts = Vec::new();
+    for state in PartitionState::ALL {
+        let listed = t.partitions.iter().filter(|p| p.state == state).count() as i32;
+        let left = t.partition_counts.get(state) - listed;
+        if left <= 0 {
+            continue;
+        }
+        let mut part = format!("{left} {state}");
+        if state == PartitionState::Mirroring {
+            let bound = t
+                .partitions
+                .iter()
+                .filter(|p| p.state == state)
+                .filter_map(|p| p.lag)
+                .min()
+                .or(t.max_lag);
+            if let Some(lag) = bound {
+                part.push_str(&format!(", lag at most {lag}"));
+            }
+        }
+        parts.push(part);
+    }
+    let what = if parts.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", parts.join("; "))
     };
-    *slot += 1;
+    Some(format!(
+        "{}: {} more partitions not shown{what}; --partitions all shows them",
+        t.name, t.partitions_omitted
+    ))
 }
 
 /// Builds the document from mirrors and topics (topics of other mirrors are ignored).
@@ -255,10 +287,9 @@ pub fn status_document(mirrors: &[ClusterMirror], topics: &[MirrorTopic]) -> Sta
                 .map(|ts| ts.iter().map(|t| topic_view(t)).collect())
                 .unwrap_or_default();
             topics.sort_by(|a, b| (&a.source_topic, &a.name).cmp(&(&b.source_topic, &b.name)));
-            let mut counts = PartitionCounts::default();
-            for p in topics.iter().flat_map(|t| &t.partitions) {
-                count(&mut counts, p.state);
-            }
+            let counts = topics.iter().fold(PartitionCounts::default(), |acc, t| {
+                acc.add(&t.partition_counts)
+            });
             let ready = m.status.as_ref().and_then(|s| {
                 s.conditions
                     .iter()
@@ -570,6 +601,9 @@ pub fn status_table(doc: &StatusDocument, wide: bool) -> String {
         }
         let all: Vec<Vec<String>> = m.topics.iter().flat_map(rows).collect();
         out.push_str(&table(columns, &all));
+        for note in m.topics.iter().filter_map(omitted_note) {
+            out.push_str(&format!("  {note}\n"));
+        }
     }
     for o in &doc.orphan_topics {
         if !out.is_empty() {
@@ -580,6 +614,9 @@ pub fn status_table(doc: &StatusDocument, wide: bool) -> String {
             o.namespace, o.topic.name, o.mirror
         ));
         out.push_str(&table(columns, &rows(&o.topic)));
+        if let Some(note) = omitted_note(&o.topic) {
+            out.push_str(&format!("  {note}\n"));
+        }
     }
     out
 }
@@ -711,6 +748,9 @@ mod tests {
             "topics",
         ] {
             assert!(dr.get(key).is_some(), "mirror key {key}");
+        }
+        for key in ["partitionCounts", "partitionsOmitted", "partitions"] {
+            assert!(dr["topics"][1].get(key).is_some(), "topic key {key}");
         }
         let p = &dr["topics"][1]["partitions"][0];
         for key in [

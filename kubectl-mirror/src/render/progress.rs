@@ -58,10 +58,12 @@ pub fn progress(t: &MirrorTopic, target: PartitionState, generation: Option<i64>
         _ => false,
     };
     let lags: Vec<i64> = parts.iter().filter_map(|p| p.lag).collect();
+    // From the counts: a large topic lists only some partitions (the FAILED ones first).
+    let counts = status.map(|s| s.counts()).unwrap_or_default();
     Progress {
         label: t.spec.source_topic.clone(),
-        total: parts.len(),
-        done: parts.iter().filter(|p| p.state == target).count(),
+        total: counts.total.max(0) as usize,
+        done: counts.get(target).max(0) as usize,
         failed: parts
             .iter()
             .filter(|p| p.state == PartitionState::Failed)
@@ -146,4 +148,42 @@ pub fn unresolved_divergences(t: &MirrorTopic) -> Vec<(i32, DivergenceView)> {
             _ => None,
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{partition, topic, with_status};
+    use kmirror_crds::v1alpha1::PartitionCounts;
+
+    #[test]
+    fn a_large_topic_progresses_by_its_counts() {
+        // 12 partitions, 3 listed: all STOPPED there, 9 not listed still MIRRORING.
+        let mut t = with_status(
+            topic("dr-wide", "dr", "wide"),
+            (0..3)
+                .map(|p| partition(p, PartitionState::Stopped))
+                .collect(),
+        );
+        let st = t.status.as_mut().unwrap();
+        st.partitions_omitted = 9;
+        st.partition_counts = Some(PartitionCounts {
+            total: 12,
+            stopped: 3,
+            mirroring: 9,
+            ..Default::default()
+        });
+        let p = progress(&t, PartitionState::Stopped, None);
+        assert_eq!(
+            progress_line(&p, PartitionState::Stopped),
+            "wide: 3/12 partitions STOPPED"
+        );
+        assert!(!p.complete());
+        t.status.as_mut().unwrap().partition_counts = Some(PartitionCounts {
+            total: 12,
+            stopped: 12,
+            ..Default::default()
+        });
+        assert!(progress(&t, PartitionState::Stopped, None).complete());
+    }
 }

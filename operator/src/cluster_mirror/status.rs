@@ -7,7 +7,7 @@ use kmirror_crds::v1alpha1::{
 };
 
 use crate::context::Note;
-use crate::status::{Health, add_counts, condition_is, count, set_condition, set_health};
+use crate::status::{Health, add_counts, condition_is, set_condition, set_health};
 use crate::sync::{Outcomes, PartResult, SyncPart, part_status};
 
 /// How one cluster answered.
@@ -77,12 +77,17 @@ fn apply_outcomes(sync: &mut SyncStatus, run: &SyncRun, now: &str) {
 pub fn unsettled(topics: &[MirrorTopic]) -> bool {
     topics.iter().any(|t| {
         t.status.as_ref().is_none_or(|s| {
-            s.partitions.iter().any(|p| {
-                !matches!(
-                    p.state,
-                    PartitionState::Mirroring | PartitionState::Stopped | PartitionState::Paused
-                )
-            })
+            // From the counts: a large topic lists only some of its partitions.
+            let c = s.counts();
+            c.total
+                > [
+                    PartitionState::Mirroring,
+                    PartitionState::Stopped,
+                    PartitionState::Paused,
+                ]
+                .iter()
+                .map(|st| c.get(*st))
+                .sum::<i32>()
         })
     })
 }
@@ -287,15 +292,11 @@ pub fn status(
         }
     }
 
-    // Mirror-wide counts from the topics' status.
+    // Mirror-wide counts from the topics' counts (a large topic lists only some partitions).
     status.topics = facts.topics.len() as i32;
     status.partitions = facts.topics.iter().fold(Default::default(), |acc, t| {
-        let states = t
-            .status
-            .as_ref()
-            .map(|s| s.partitions.iter().map(|p| p.state).collect::<Vec<_>>())
-            .unwrap_or_default();
-        add_counts(&acc, &count(states))
+        let counts = t.status.as_ref().map(|s| s.counts()).unwrap_or_default();
+        add_counts(&acc, &counts)
     });
     status.partitions_summary = Some(format!(
         "{}/{}",
@@ -486,6 +487,54 @@ mod tests {
     }
 
     #[test]
+    fn a_topic_listing_only_some_partitions_counts_them_all() {
+        use PartitionState::*;
+        let now = Time(Timestamp::from_second(100).unwrap());
+        let up = reach(true);
+        // 12 partitions, 5 listed (the worst): 2 STOPPING, 3 STOPPED; 7 STOPPED not listed.
+        let mut big = topic(&[Stopping, Stopping, Stopped, Stopped, Stopped]);
+        let st = big.status.as_mut().unwrap();
+        st.partitions_omitted = 7;
+        st.partition_counts = Some(PartitionCounts {
+            total: 12,
+            stopping: 2,
+            stopped: 10,
+            ..Default::default()
+        });
+        let topics = [big.clone(), topic(&[Stopped])];
+        let facts = Facts {
+            source: &up,
+            destination: &up,
+            sync: None,
+            topics: &topics,
+        };
+        let (counted, _) = status(&mirror(), &facts, &now);
+        assert_eq!(
+            (counted.partitions.total, counted.partitions.stopped),
+            (13, 11)
+        );
+        assert!(unsettled(&topics), "2 partitions still STOPPING");
+        let st = big.status.as_mut().unwrap();
+        st.partitions.iter_mut().for_each(|p| p.state = Stopped);
+        st.partition_counts = Some(PartitionCounts {
+            total: 12,
+            stopped: 12,
+            ..Default::default()
+        });
+        let topics = [big];
+        assert!(!unsettled(&topics));
+        let down = reach(false);
+        let facts = Facts {
+            source: &down,
+            destination: &up,
+            sync: None,
+            topics: &topics,
+        };
+        let (failed_over, _) = status(&mirror(), &facts, &now);
+        assert_eq!(condition(&failed_over, "Ready"), ("True", "FailedOver"));
+    }
+
+    #[test]
     fn the_mirror_is_ready_only_when_every_topic_has_settled() {
         use PartitionState::*;
         let (up, down) = (reach(true), reach(false));
@@ -582,7 +631,7 @@ mod tests {
                     .status
                     .iter()
                     .flat_map(|s| s.partitions.iter().map(|p| p.state));
-                add_counts(&acc, &count(states))
+                add_counts(&acc, &crate::status::count(states))
             });
             let h = mirror_health(&facts, &counts);
             assert_eq!(

@@ -194,7 +194,12 @@ pub async fn execute(
         }
         plan.status.configs_not_copied = notes;
     }
-    let wait = ctx.write_status(mt, plan.status).await?;
+    let status = super::listed::bounded(
+        plan.status,
+        mt.spec.state,
+        ctx.settings.status_max_partitions,
+    );
+    let wait = ctx.write_status(mt, status).await?;
     Ok(plan.requeue.max(wait))
 }
 

@@ -9,6 +9,7 @@ pub mod claim;
 pub mod cleanup;
 pub mod events;
 pub mod execute;
+pub mod listed;
 pub mod observe;
 pub mod plan;
 pub mod pod_view;
@@ -75,6 +76,7 @@ async fn report_problem(
         Report::problem(reason, message),
         &Time(Timestamp::now()),
     );
+    let status = listed::bounded(status, mt.spec.state, ctx.settings.status_max_partitions);
     ctx.write_status(mt, status).await.map(|_| ())
 }
 

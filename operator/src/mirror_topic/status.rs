@@ -4,17 +4,12 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use k8s_openapi::jiff::Timestamp;
-use kmirror_crds::v1alpha1::{
-    DivergenceStatus, MirrorTopic, MirrorTopicStatus, OpenTransactionStatus, PartitionState,
-    PartitionStatus,
-};
-use kmirror_state::records::{
-    FetcherStatus, POSITION_HEARTBEAT, POSITION_STALE_AFTER, PartitionRecords, StopReason,
-};
+use kmirror_crds::v1alpha1::{MirrorTopic, MirrorTopicStatus, PartitionState, PartitionStatus};
+pub use kmirror_state::partition_view::partition_status;
+use kmirror_state::records::{FetcherStatus, PartitionRecords, StopReason};
 
 use crate::lifecycle::settled_state;
-use crate::status::{Health, human_line, phase, set_condition, set_health, truncate};
+use crate::status::{Health, phase, set_condition, set_health, truncate};
 
 /// What a topic's status is made of.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -69,10 +64,6 @@ impl Report {
     }
 }
 
-fn rfc3339(ms: i64) -> Option<String> {
-    Timestamp::from_millisecond(ms).ok().map(|t| t.to_string())
-}
-
 /// A state's name as a condition reason: `MIRRORING` → `Mirroring`.
 pub fn phase_word(s: PartitionState) -> String {
     let name = s.as_str();
@@ -93,102 +84,6 @@ pub fn stop_reason(r: &PartitionRecords) -> Option<StopReason> {
         PartitionState::Failed => Some(state.reason.or(by_fetcher).unwrap_or(StopReason::Error)),
         PartitionState::Stopping | PartitionState::Stopped => state.reason,
         _ => None,
-    }
-}
-
-/// How long ago (seconds) the running fetcher of a MIRRORING (or draining) partition last wrote
-/// its position, when that is longer than [`POSITION_STALE_AFTER`]: its lag is not current.
-fn stale_for(r: &PartitionRecords, now_ms: i64) -> Option<i64> {
-    let running = r.state.as_ref().is_some_and(|s| {
-        matches!(
-            s.state,
-            PartitionState::Mirroring | PartitionState::Stopping
-        )
-    });
-    let pos = r
-        .position
-        .as_ref()
-        .filter(|p| p.status == FetcherStatus::Running)?;
-    let age = now_ms - pos.updated_at_ms;
-    (running && age > POSITION_STALE_AFTER.as_millis() as i64).then_some(age / 1000)
-}
-
-/// Projects one partition's status from its records at `now_ms`.
-pub fn partition_status(
-    p: i32,
-    r: &PartitionRecords,
-    fetcher_pod: Option<String>,
-    now_ms: i64,
-) -> PartitionStatus {
-    let state = r.state.as_ref();
-    let position = r.position.as_ref();
-    let stale = stale_for(r, now_ms);
-    // A position the fetcher stopped refreshing shows no lag: unknown, never "caught up".
-    // Lag is against what the fetcher can copy: under read_committed, the last stable offset
-    // (an open source transaction holds it; waiting for it is no lag).
-    let lag = position.filter(|_| stale.is_none()).and_then(|pos| {
-        pos.readable_end()
-            .map(|end| (end - pos.source_position.unwrap_or(pos.next_source_offset)).max(0))
-    });
-    let last_mirrored = match state.map(|s| s.state) {
-        Some(PartitionState::Stopped) => state.and_then(|s| s.last_mirrored_offset),
-        _ => None,
-    }
-    .or(position.map(|pos| pos.last_mirrored_offset));
-    let error = state
-        .and_then(|s| s.error.clone())
-        .filter(|_| {
-            state.is_some_and(|s| {
-                matches!(
-                    s.state,
-                    PartitionState::Failed | PartitionState::Stopping | PartitionState::Stopped
-                )
-            })
-        })
-        .or_else(|| position.and_then(|pos| pos.error.as_ref().map(|e| e.message.clone())))
-        .or_else(|| {
-            stale.map(|age| {
-                format!(
-                    "lag unknown: the fetcher has not reported its position for {age}s \
-                     (it writes one at least every {}s; is it stuck? see its pod's log)",
-                    POSITION_HEARTBEAT.as_secs()
-                )
-            })
-        })
-        .map(|e| human_line(&e))
-        .filter(|e| !e.is_empty());
-    PartitionStatus {
-        partition: p,
-        state: state.map_or(PartitionState::Unknown, |s| s.state),
-        state_epoch: state.map_or(0, |s| s.state_epoch),
-        source_log_end_offset: position.and_then(|pos| pos.source_high_watermark),
-        source_last_stable_offset: position.and_then(|pos| pos.source_last_stable_offset),
-        open_source_transaction: position
-            .filter(|_| stale.is_none())
-            .and_then(|pos| pos.open_transaction)
-            .map(|t| OpenTransactionStatus {
-                from_offset: t.from_offset,
-                since: rfc3339(t.since_ms).unwrap_or_default(),
-            }),
-        destination_log_end_offset: position.map(|pos| pos.destination_offset),
-        last_mirrored_offset: last_mirrored,
-        lag,
-        lag_seconds: position.and_then(|pos| pos.lag_seconds),
-        offsets_identical: position.map(|pos| pos.offsets_identical),
-        fetcher_pod,
-        retry_attempt: state.map(|s| s.retry_attempt).filter(|a| *a != 0),
-        last_error: error,
-        last_transition_time: state.and_then(|s| rfc3339(s.updated_at_ms)),
-        divergence: state
-            .and_then(|s| s.divergence.as_ref())
-            .filter(|d| d.records > 0)
-            .map(|d| DivergenceStatus {
-                from_offset: d.from_offset,
-                to_offset: d.to_offset,
-                quarantine_topic: d.quarantine_topic.clone(),
-                quarantined_records: d.quarantined,
-                resolution: d.resolution.clone(),
-            }),
     }
 }
 
@@ -355,7 +250,18 @@ pub fn topic_status(mt: &MirrorTopic, report: Report, now: &Time) -> MirrorTopic
             .clone()
             .or(old.source_topic_id.clone()),
         destination_topic: Some(mt.destination_topic().to_string()),
-        partitions_summary: Some(format!("{mirroring}/{}", report.partitions.len())),
+        partitions_summary: if keep_old && old.partitions_summary.is_some() {
+            old.partitions_summary.clone()
+        } else {
+            Some(format!("{mirroring}/{}", report.partitions.len()))
+        },
+        partition_counts: if keep_old {
+            old.partition_counts.clone()
+        } else {
+            (!report.partitions.is_empty())
+                .then(|| crate::status::count(report.partitions.iter().map(|p| p.state)))
+        },
+        partitions_omitted: if keep_old { old.partitions_omitted } else { 0 },
         max_lag: report.partitions.iter().filter_map(|p| p.lag).max(),
         offsets_identical: identical,
         partitions: if keep_old {
@@ -370,7 +276,9 @@ pub fn topic_status(mt: &MirrorTopic, report: Report, now: &Time) -> MirrorTopic
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kmirror_state::records::{PartitionStateRecord, PositionRecord};
+    use k8s_openapi::jiff::Timestamp;
+    use kmirror_crds::v1alpha1::{OpenTransactionStatus, PartitionCounts};
+    use kmirror_state::records::{POSITION_STALE_AFTER, PartitionStateRecord, PositionRecord};
 
     fn topic(json: serde_json::Value) -> MirrorTopic {
         serde_json::from_value(json).unwrap()
@@ -509,9 +417,22 @@ mod tests {
             }],
             ..Default::default()
         });
+        mt.status.as_mut().unwrap().partition_counts = Some(PartitionCounts {
+            total: 3,
+            mirroring: 3,
+            ..Default::default()
+        });
+        mt.status.as_mut().unwrap().partitions_omitted = 2;
+        mt.status.as_mut().unwrap().partitions_summary = Some("3/3".into());
         let s = topic_status(&mt, Report::problem("MirrorNotFound", "gone"), &at(10));
         assert_eq!(s.phase.as_deref(), Some("Pending"));
         assert_eq!(s.partitions.len(), 1);
+        assert_eq!(
+            (s.partition_counts.map(|c| c.total), s.partitions_omitted),
+            (Some(3), 2),
+            "the counts of the partitions shown, with those not listed"
+        );
+        assert_eq!(s.partitions_summary.as_deref(), Some("3/3"));
         assert_eq!(s.observed_generation, Some(3));
         let ready = &s.conditions[0];
         assert_eq!(
