@@ -841,7 +841,7 @@ async fn real_mirrors_move_through_every_health() {
     }
     // The alerts' series, as scraped: the FAILED partition with its reason, the state topic.
     let failed_series = format!(
-        r#"kmirror_operator_partition_failed{{mirror="{ns}/dr",topic="{audit}",partition="0",reason="ForeignWrite"}} 1"#
+        r#"kmirror_operator_partition_failed{{namespace="{ns}",name="dr",topic="{audit}",partition="0",reason="ForeignWrite"}} 1"#
     );
     let scraped = operator.metrics_text().expect("/metrics answers");
     assert!(
