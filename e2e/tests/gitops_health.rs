@@ -716,21 +716,39 @@ async fn real_mirrors_move_through_every_health() {
 
     // Under traffic, a healthy MirrorTopic and its ClusterMirror change only in the fields whose
     // updates Argo CD ignores (no refresh of the Application for them).
-    let topic_before = get(&ns, "mirrortopic", "orders");
-    let mirror_before = get(&ns, "clustermirror", "dr");
-    produce_all(&source, &orders, &mixed_records(40, 2, 0, 9), &[]).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let (topic_after, mirror_after) = loop {
-        let t = get(&ns, "mirrortopic", "orders");
-        let m = get(&ns, "clustermirror", "dr");
-        let mirrored = t["status"]["partitions"].as_array().is_some_and(|ps| {
+    let traffic = Instant::now();
+    // Every partition's fetcher has reported what it copied (its first report adds the offsets
+    // and offsetsIdentical: a change of state).
+    let caught_up = |t: &Value| {
+        t["status"]["partitions"].as_array().is_some_and(|ps| {
             ps.len() == 2
                 && ps.iter().all(|p| {
                     let partition = p["partition"].as_i64().unwrap() as i32;
                     let end = watermarks(&source, &orders, partition).unwrap().1;
                     p["lastMirroredOffset"].as_i64() == Some(end - 1)
                 })
-        });
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let topic_before = loop {
+        let t = get(&ns, "mirrortopic", "orders");
+        if caught_up(&t) {
+            break t;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "orders caught up in the status: {t:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let mirror_before = get(&ns, "clustermirror", "dr");
+    produce_all(&source, &orders, &mixed_records(40, 2, 0, 9), &[]).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (topic_after, mirror_after) = loop {
+        let t = get(&ns, "mirrortopic", "orders");
+        let m = get(&ns, "clustermirror", "dr");
+        let mirrored =
+            caught_up(&t) && t["status"]["partitions"] != topic_before["status"]["partitions"];
         let synced = m["status"]["sync"]["topics"]["lastSuccessTime"]
             != mirror_before["status"]["sync"]["topics"]["lastSuccessTime"];
         if mirrored && synced {
@@ -751,6 +769,10 @@ async fn real_mirrors_move_through_every_health() {
         compared(&mirror_after),
         compared(&mirror_before),
         "a healthy ClusterMirror changed outside the ignored fields"
+    );
+    eprintln!(
+        "under traffic, only ignored fields changed ({:?})",
+        traffic.elapsed()
     );
     assert_ne!(
         topic_after["metadata"]["resourceVersion"],
