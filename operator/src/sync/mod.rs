@@ -175,12 +175,10 @@ pub async fn run(ctx: &Context, scope: &MirrorScope) -> Outcomes {
                 .observe(d.as_secs_f64());
         }
     }
-    match out.get(&SyncPart::ConsumerGroups) {
-        Some(Ok(_)) => ctx.metrics.group_sync_succeeded(&scope.key, unix_now()),
-        // A failed pass leaves the last success as it was.
-        Some(Err(_)) => {}
-        None if !spec.consumer_groups.enabled => ctx.metrics.forget_group_sync(&scope.key),
-        None => {}
+    // A failed pass leaves the last success as it was (a mirror that stops syncing groups loses
+    // the series: `cluster_mirror::track_group_sync`).
+    if let Some(Ok(_)) = out.get(&SyncPart::ConsumerGroups) {
+        ctx.metrics.group_sync_succeeded(&scope.key, unix_now());
     }
     out
 }
