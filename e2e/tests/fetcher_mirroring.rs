@@ -671,6 +671,16 @@ async fn http_endpoints_report_health_readiness_and_metrics() {
         assert!(metrics.contains(series), "{series} missing from /metrics");
     }
     assert!(metrics.contains("state=\"MIRRORING\"} 1"), "state series");
+    let build = format!(
+        r#"kmirror_build_info{{component="fetcher",version="{}","#,
+        env!("CARGO_PKG_VERSION")
+    );
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with(&build) && l.contains("git_sha=\"") && l.ends_with("} 1")),
+        "no {build}…}} 1 in /metrics"
+    );
     fetcher.signal("TERM");
     assert_eq!(fetcher.wait(Duration::from_secs(30)), Some(0));
 }
