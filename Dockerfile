@@ -21,6 +21,8 @@ ARG RUNTIME_IMAGE=gcr.io/distroless/cc-debian12:nonroot@sha256:9dac0a79194e45a7d
 
 FROM ${BUILDER_IMAGE} AS builder
 ARG RUST_VERSION
+# The Git commit the binaries report in kmirror_build_info{git_sha} (`make image` passes it).
+ARG GIT_SHA=unknown
 # librdkafka is compiled by rdkafka-sys with CMake: a C toolchain, cmake, pkg-config and the
 # OpenSSL headers (the workspace enables rdkafka's "ssl" feature). zstd and libcurl (for
 # OAUTHBEARER token requests) come from zstd-sys's and curl-sys's bundled sources;
@@ -32,6 +34,7 @@ RUN apt-get update \
 # RUSTUP_TOOLCHAIN selects the image's compiler and keeps rustup from downloading the
 # components rust-toolchain.toml lists (rustfmt, clippy: not needed to build).
 ENV RUSTUP_TOOLCHAIN=${RUST_VERSION} \
+    KMIRROR_GIT_SHA=${GIT_SHA} \
     LIBZ_SYS_STATIC=1 \
     CARGO_TERM_COLOR=never
 WORKDIR /src

@@ -84,10 +84,12 @@ bench-groups:
 ## image: build the container image (Docker >= 23 with BuildKit, podman or buildah; pulls the
 ## Rust and distroless bases). IMAGE=ghcr.io/kmirror/kmirror:0.1.0 by default. See docs/image.md.
 IMAGE ?= ghcr.io/kmirror/kmirror:0.1.0
+## The commit the binaries report in kmirror_build_info (unknown outside a Git checkout).
+GIT_SHA ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 image: sbom
-	@if docker info >/dev/null 2>&1; then docker build -t $(IMAGE) .; \
-	elif command -v podman >/dev/null; then podman build --layers -t $(IMAGE) .; \
-	elif command -v buildah >/dev/null; then buildah bud --layers -t $(IMAGE) .; \
+	@if docker info >/dev/null 2>&1; then docker build --build-arg GIT_SHA=$(GIT_SHA) -t $(IMAGE) .; \
+	elif command -v podman >/dev/null; then podman build --layers --build-arg GIT_SHA=$(GIT_SHA) -t $(IMAGE) .; \
+	elif command -v buildah >/dev/null; then buildah bud --layers --build-arg GIT_SHA=$(GIT_SHA) -t $(IMAGE) .; \
 	else echo "make image: needs Docker (BuildKit), podman or buildah" >&2; exit 1; fi
 
 ## image-check: build the Dockerfile here, without a registry, on stand-in bases, and check the

@@ -322,8 +322,14 @@ pub fn scrape(addr: &str) -> String {
     out
 }
 
+/// The labels of a partition's series as a fetcher prints them, for the mirror `namespace/name`.
+pub fn partition_labels(mirror: &str, topic: &str, partition: i32) -> String {
+    let (namespace, name) = mirror.split_once('/').unwrap_or(("", mirror));
+    format!(r#"namespace="{namespace}",name="{name}",topic="{topic}",partition="{partition}""#)
+}
+
 /// The value of the series `name{labels}` in a Prometheus text (labels as printed, e.g.
-/// `mirror="e2e/t",topic="t",partition="0"`).
+/// `namespace="e2e",name="t",topic="t",partition="0"`: [`partition_labels`]).
 pub fn metric(text: &str, name: &str, labels: &str) -> Option<f64> {
     let prefix = format!("{name}{{{labels}}} ");
     text.lines()

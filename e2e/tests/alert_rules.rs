@@ -159,7 +159,7 @@ fn every_alert_has_a_firing_and_a_non_firing_case() {
                 .to_string()
         })
         .collect();
-    assert_eq!(alerts.len(), 13, "{alerts:?}");
+    assert_eq!(alerts.len(), 14, "{alerts:?}");
     let tests: Value = serde_yaml::from_str(
         &std::fs::read_to_string(repo_root().join("e2e/alerts/kmirror-alerts.test.yaml")).unwrap(),
     )
@@ -243,10 +243,19 @@ fn every_alert_links_its_section_of_the_readme_and_says_where() {
         assert!(["warning", "critical"].contains(&severity), "{alert}");
         let description = annotations["description"].as_str().unwrap();
         assert!(!annotations["summary"].as_str().unwrap().is_empty());
-        // Alerts about a partition say which one, in which topic of which mirror.
+        // Alerts about a partition say which one, in which topic of which mirror; alerts about
+        // a mirror, which one.
         let expr = r["expr"].as_str().unwrap();
+        if expr.contains("by (namespace, name") {
+            for label in ["namespace", "name"] {
+                assert!(
+                    description.contains(&format!("$labels.{label}")),
+                    "{alert}: the description does not name the mirror's {label}"
+                );
+            }
+        }
         if expr.contains("partition)") || expr.contains("partition, reason)") {
-            for label in ["mirror", "topic", "partition"] {
+            for label in ["namespace", "name", "topic", "partition"] {
                 assert!(
                     description.contains(&format!("$labels.{label}")),
                     "{alert}: the description does not name the {label}"
@@ -274,7 +283,7 @@ fn alerts_can_be_left_out_by_name() {
         .iter()
         .map(|r| r["alert"].as_str().unwrap())
         .collect();
-    assert_eq!(names.len(), 10, "{names:?}");
+    assert_eq!(names.len(), 11, "{names:?}");
     for gone in [
         "KmirrorFetcherStalled",
         "KmirrorFetcherMissing",
@@ -322,22 +331,15 @@ fn exposed_series() -> BTreeMap<String, BTreeSet<String>> {
     use kmirror_fetcher::metrics as fm;
     use kmirror_operator::metrics as om;
     let op = om::Metrics::default();
-    let partition = om::PartitionLabels {
-        mirror: "ns/m".into(),
-        topic: "t".into(),
-        partition: 0,
-    };
-    let state = om::StateLabels {
-        mirror: "ns/m".into(),
-        topic: "t".into(),
-        state: "MIRRORING".into(),
-    };
+    let partition = om::PartitionLabels::new("ns/m", "t", 0);
+    let state = om::StateLabels::new("ns/m", "t", "MIRRORING");
     op.partitions.get_or_create(&state).set(1);
     op.lag.get_or_create(&partition).set(1);
     op.lag_seconds.get_or_create(&partition).set(1.0);
     op.sync_runs
         .get_or_create(&om::SyncLabels {
-            mirror: "ns/m".into(),
+            namespace: "ns".into(),
+            name: "m".into(),
             part: "consumerGroups".into(),
             result: "ok".into(),
         })
@@ -351,16 +353,14 @@ fn exposed_series() -> BTreeMap<String, BTreeSet<String>> {
         .set(1);
     op.group_sync_failures
         .get_or_create(&om::GroupLabels {
-            mirror: "ns/m".into(),
+            namespace: "ns".into(),
+            name: "m".into(),
             group: "g".into(),
         })
         .inc();
+    op.group_sync_succeeded("ns/m", 1.0);
     let f = fm::FetcherMetrics::new();
-    let labels = fm::PartitionLabels {
-        mirror: "ns/m".into(),
-        topic: "t".into(),
-        partition: 0,
-    };
+    let labels = fm::PartitionLabels::new("ns/m", "t", 0);
     f.records.get_or_create(&labels).inc();
     f.lag_records.get_or_create(&labels).set(1);
     f.set_state(&labels, kmirror_crds::v1alpha1::PartitionState::Mirroring);
@@ -419,16 +419,24 @@ fn rules_read_only_metrics_that_exist() {
     for (name, labels) in [
         (
             "kmirror_operator_partition_failed",
-            &["mirror", "topic", "partition", "reason"][..],
+            &["namespace", "name", "topic", "partition", "reason"][..],
         ),
         (
             "kmirror_fetcher_data_loss_records_total",
-            &["mirror", "topic", "partition"],
+            &["namespace", "name", "topic", "partition"],
         ),
         ("kmirror_operator_state_topic_available", &["state_topic"]),
         (
             "kmirror_operator_group_sync_failures_total",
-            &["mirror", "group"],
+            &["namespace", "name", "group"],
+        ),
+        (
+            "kmirror_operator_group_sync_last_success_timestamp_seconds",
+            &["namespace", "name"],
+        ),
+        (
+            "kmirror_build_info",
+            &["component", "version", "git_sha", "rustc"],
         ),
     ] {
         let exposed = known
@@ -483,6 +491,7 @@ fn rules_read_only_metrics_that_exist() {
         "kmirror_operator_group_sync_failures_total",
         "kmirror_fetcher_records_total",
         "kmirror_operator_sync_runs_total",
+        "kmirror_operator_group_sync_last_success_timestamp_seconds",
     ] {
         assert!(used.contains(name), "no rule reads {name}");
     }

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use kmirror_e2e::Testbed;
 use kmirror_e2e::fetcher::{
-    FetcherProcess, destination_args, ensure_state_topic, free_http_addr, metric, scrape,
-    source_args, verify, wait_until,
+    FetcherProcess, destination_args, ensure_state_topic, free_http_addr, metric, partition_labels,
+    scrape, source_args, verify, wait_until,
 };
 use kmirror_e2e::kafka::{
     DestUser, TestRecord, create_topic, mixed_records, produce_all, unique_name, watermarks,
@@ -49,7 +49,7 @@ fn batch_fetcher(
 /// The batch engine's counters of partition 0: (batches passed, batches re-encoded).
 fn batch_counters(addr: &str, mirror: &str, topic: &str) -> (f64, f64) {
     let text = scrape(addr);
-    let labels = format!("mirror=\"{mirror}\",topic=\"{topic}\",partition=\"0\"");
+    let labels = partition_labels(mirror, topic, 0);
     let get = |name| metric(&text, name, &labels).unwrap_or(0.0);
     (
         get("kmirror_fetcher_batches_passed_total"),

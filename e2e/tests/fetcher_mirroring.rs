@@ -5,8 +5,8 @@ use std::time::{Duration, Instant};
 
 use kmirror_e2e::Testbed;
 use kmirror_e2e::fetcher::{
-    FetcherProcess, destination_args, ensure_state_topic, recorded, recorded_map, source_args,
-    verify, wait_until,
+    FetcherProcess, destination_args, ensure_state_topic, partition_labels, recorded, recorded_map,
+    source_args, verify, wait_until,
 };
 use kmirror_e2e::kafka::{
     DestUser, TestRecord, create_topic, delete_records, delete_topic, mixed_records, produce_all,
@@ -653,7 +653,12 @@ async fn http_endpoints_report_health_readiness_and_metrics() {
         caught_up(bed, &source, &topic, 1, false)
     });
     wait_until("metrics", Duration::from_secs(30), || {
-        http_get(&addr, "/metrics").is_some_and(|m| m.contains(&format!("kmirror_fetcher_records_total{{mirror=\"e2e/{topic}\",topic=\"{topic}\",partition=\"0\"}} 500")))
+        http_get(&addr, "/metrics").is_some_and(|m| {
+            m.contains(&format!(
+                "kmirror_fetcher_records_total{{{}}} 500",
+                partition_labels(&format!("e2e/{topic}"), &topic, 0)
+            ))
+        })
     });
     let metrics = http_get(&addr, "/metrics").unwrap();
     for series in [
@@ -666,6 +671,16 @@ async fn http_endpoints_report_health_readiness_and_metrics() {
         assert!(metrics.contains(series), "{series} missing from /metrics");
     }
     assert!(metrics.contains("state=\"MIRRORING\"} 1"), "state series");
+    let build = format!(
+        r#"kmirror_build_info{{component="fetcher",version="{}","#,
+        env!("CARGO_PKG_VERSION")
+    );
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with(&build) && l.contains("git_sha=\"") && l.ends_with("} 1")),
+        "no {build}…}} 1 in /metrics"
+    );
     fetcher.signal("TERM");
     assert_eq!(fetcher.wait(Duration::from_secs(30)), Some(0));
 }

@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use kmirror_e2e::Testbed;
 use kmirror_e2e::fetcher::{
-    FetcherProcess, binary, destination_args, ensure_state_topic, free_http_addr, metric, recorded,
-    scrape, source_args, verify, wait_until,
+    FetcherProcess, binary, destination_args, ensure_state_topic, free_http_addr, metric,
+    partition_labels, recorded, scrape, source_args, verify, wait_until,
 };
 use kmirror_e2e::kafka::{
     DestUser, Rng, TestRecord, create_topic, delete_records, delete_topic, produce_all,
@@ -295,7 +295,7 @@ async fn retention_overtaking_a_stopped_mirror_is_data_loss_with_the_range() {
     wait_until("catch-up", Duration::from_secs(60), || {
         caught_up(bed, &mirror, &topic, 1)
     });
-    let labels = format!(r#"mirror="{mirror}",topic="{topic}",partition="0""#);
+    let labels = partition_labels(&mirror, &topic, 0);
     let text = scrape(&addr);
     assert_eq!(
         metric(&text, "kmirror_fetcher_data_loss_records_total", &labels),
@@ -396,7 +396,7 @@ async fn a_multi_partition_fetcher_keeps_every_partition_when_one_skips_lost_rec
     let lost = metric(
         &text,
         "kmirror_fetcher_data_loss_records_total",
-        &format!(r#"mirror="{mirror}",topic="{topic}",partition="1""#),
+        &partition_labels(&mirror, &topic, 1),
     )
     .unwrap_or_default();
     assert!(

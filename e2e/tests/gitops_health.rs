@@ -4,6 +4,10 @@
 //!
 //! `captured_objects_get_their_health` runs the committed objects of deploy/argocd/testdata (a
 //! healthy, progressing, failed, paused and stopped object of each kind) through the scripts.
+//! `ignored_updates_are_status_fields_that_only_progress` checks the status fields whose updates
+//! Argo CD is told to ignore (deploy/argocd/*-ignore-updates.yaml): each exists in the CRD schema,
+//! together they cover everything the operator counts as progress, and no health check reads
+//! one; the real mirrors show an object under traffic changing only in those fields.
 //! `real_mirrors_move_through_every_health` makes those objects with the operator on the bed,
 //! checks the scripts on each as it is, and with `KMIRROR_WRITE_FIXTURES=1` writes them into
 //! deploy/argocd/testdata.
@@ -14,7 +18,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use kmirror_crds::v1alpha1::PartitionState;
+use kmirror_crds::v1alpha1::{ClusterMirror, MirrorTopic, PartitionState};
 use kmirror_e2e::Testbed;
 use kmirror_e2e::fetcher::{ensure_state_topic, wait_until};
 use kmirror_e2e::kafka::{
@@ -22,6 +26,7 @@ use kmirror_e2e::kafka::{
 };
 use kmirror_e2e::operator::{OperatorProcess, Scenario, all_partitions};
 use kmirror_e2e::testbed::repo_root;
+use kmirror_operator::status_writer::HasStatus;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -157,6 +162,268 @@ fn captured_objects_get_their_health() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+fn ignore_file(kind: &str) -> PathBuf {
+    repo_root().join(format!(
+        "deploy/argocd/{}-ignore-updates.yaml",
+        kind.to_lowercase()
+    ))
+}
+
+/// A status field as path segments; `[]` stands for every item of an array.
+type FieldPath = Vec<String>;
+
+/// `.a.b[]?.c` as `["a", "b", "[]", "c"]`: the only jq path forms the shipped files use.
+fn jq_path(expression: &str) -> FieldPath {
+    let mut out = Vec::new();
+    let fields = expression
+        .strip_prefix('.')
+        .unwrap_or_else(|| panic!("{expression}: a jq path starts with ."));
+    for part in fields.split('.') {
+        let (name, every) = match part.strip_suffix("[]?") {
+            Some(name) => (name, true),
+            None => (part, false),
+        };
+        assert!(
+            !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric()),
+            "{expression}: only .field and []? are used (and understood by this test)"
+        );
+        out.push(name.to_string());
+        if every {
+            out.push("[]".into());
+        }
+    }
+    out
+}
+
+/// The fields whose updates Argo CD ignores for `kind`: its JSON pointers and jq paths.
+fn ignored_paths(kind: &str) -> Vec<FieldPath> {
+    let config: Value =
+        serde_yaml::from_str(&std::fs::read_to_string(ignore_file(kind)).unwrap()).unwrap();
+    let keys: Vec<&String> = config.as_object().unwrap().keys().collect();
+    for key in &keys {
+        assert!(
+            ["jsonPointers", "jqPathExpressions"].contains(&key.as_str()),
+            "{kind}: unknown key {key}"
+        );
+    }
+    let mut out = Vec::new();
+    for pointer in config["jsonPointers"].as_array().into_iter().flatten() {
+        let pointer = pointer.as_str().unwrap();
+        let path = pointer
+            .strip_prefix('/')
+            .unwrap_or_else(|| panic!("{pointer}: a JSON pointer starts with /"));
+        out.push(
+            path.split('/')
+                .map(|s| s.replace("~1", "/").replace("~0", "~"))
+                .collect(),
+        );
+    }
+    for expression in config["jqPathExpressions"].as_array().into_iter().flatten() {
+        out.push(jq_path(expression.as_str().unwrap()));
+    }
+    out
+}
+
+/// Removes the field `path` names from `v`, as Argo CD does before it compares an update.
+fn remove_path(v: &mut Value, path: &[String]) {
+    match path {
+        [] => {}
+        [first, rest @ ..] if first == "[]" => {
+            for item in v.as_array_mut().into_iter().flatten() {
+                remove_path(item, rest);
+            }
+        }
+        [last] => {
+            if let Some(o) = v.as_object_mut() {
+                o.remove(last);
+            }
+        }
+        [first, rest @ ..] => {
+            if let Some(next) = v.get_mut(first) {
+                remove_path(next, rest);
+            }
+        }
+    }
+}
+
+/// `object` as Argo CD compares it on an update: without the ignored fields of its kind, and
+/// without the metadata every update changes (resourceVersion, generation, managedFields).
+fn compared(object: &Value) -> Value {
+    let mut v = object.clone();
+    for path in ignored_paths(v["kind"].as_str().unwrap()) {
+        remove_path(&mut v, &path);
+    }
+    for meta in ["resourceVersion", "generation", "managedFields"] {
+        v["metadata"].as_object_mut().unwrap().remove(meta);
+    }
+    v
+}
+
+/// The OpenAPI schema of `kind` as installed (deploy/crds.yaml).
+fn crd_schema(kind: &str) -> Value {
+    let text = std::fs::read_to_string(repo_root().join("deploy/crds.yaml")).unwrap();
+    serde_yaml::Deserializer::from_str(&text)
+        .map(|d| Value::deserialize(d).unwrap())
+        .find(|crd| crd["spec"]["names"]["kind"] == kind)
+        .map(|crd| crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"].clone())
+        .unwrap_or_else(|| panic!("no CRD of {kind} in deploy/crds.yaml"))
+}
+
+fn schema_at<'a>(schema: &'a Value, path: &[String]) -> Option<&'a Value> {
+    let mut node = schema;
+    for segment in path {
+        node = if segment == "[]" {
+            node.get("items")?
+        } else {
+            node.get("properties")?.get(segment)?
+        };
+    }
+    Some(node)
+}
+
+/// Paths of the non-null leaves of `v` (array items as `#index`).
+fn leaves(v: &Value, at: &mut FieldPath, out: &mut Vec<FieldPath>) {
+    match v {
+        Value::Null => {}
+        Value::Object(o) => {
+            for (k, child) in o {
+                at.push(k.clone());
+                leaves(child, at, out);
+                at.pop();
+            }
+        }
+        Value::Array(a) => {
+            for (i, child) in a.iter().enumerate() {
+                at.push(format!("#{i}"));
+                leaves(child, at, out);
+                at.pop();
+            }
+        }
+        _ => out.push(at.clone()),
+    }
+}
+
+/// Whether the ignored field `pattern` is `leaf` or holds it.
+fn covers(pattern: &[String], leaf: &[String]) -> bool {
+    pattern.len() <= leaf.len()
+        && pattern
+            .iter()
+            .zip(leaf)
+            .all(|(p, l)| p == l || (p == "[]" && l.starts_with('#')))
+}
+
+/// The leaves of a status the operator counts as progress alone (`without_progress` clears them).
+fn progress_leaves<K: HasStatus>(status: &K::Status) -> Vec<FieldPath> {
+    let mut all = Vec::new();
+    leaves(
+        &serde_json::to_value(status).unwrap(),
+        &mut vec!["status".into()],
+        &mut all,
+    );
+    let mut kept = Vec::new();
+    leaves(
+        &serde_json::to_value(K::without_progress(status)).unwrap(),
+        &mut vec!["status".into()],
+        &mut kept,
+    );
+    all.into_iter().filter(|l| !kept.contains(l)).collect()
+}
+
+#[test]
+fn ignored_updates_are_status_fields_that_only_progress() {
+    for kind in ["ClusterMirror", "MirrorTopic"] {
+        let schema = crd_schema(kind);
+        let paths = ignored_paths(kind);
+        assert!(!paths.is_empty(), "{kind}");
+        let lua = std::fs::read_to_string(script(kind)).unwrap();
+        for path in &paths {
+            // A renamed or removed status field fails here.
+            assert!(
+                schema_at(&schema, path).is_some(),
+                "{kind}: {} is not in the CRD schema",
+                path.join("/")
+            );
+            assert_eq!(path[0], "status", "{kind}: only status fields");
+            // What health and readiness stand on is never ignored.
+            let last = path.last().unwrap();
+            assert!(
+                !["conditions", "state", "observedGeneration", "phase"]
+                    .iter()
+                    .any(|f| path.iter().any(|p| p == f)),
+                "{kind}: {} is health",
+                path.join("/")
+            );
+            let read = lua.match_indices(&format!(".{last}")).any(|(i, m)| {
+                !lua[i + m.len()..].starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
+            });
+            assert!(
+                !read,
+                "{kind}: the health check reads {last}, which updates ignore"
+            );
+        }
+    }
+    // Everything the operator writes as progress alone (offsets, lag) is ignored.
+    let topic: MirrorTopic = serde_json::from_str(
+        &std::fs::read_to_string(testdata().join("mirrortopic-healthy.json")).unwrap(),
+    )
+    .unwrap();
+    let progress = progress_leaves::<MirrorTopic>(topic.status.as_ref().unwrap());
+    for field in [
+        "maxLag",
+        "lag",
+        "lagSeconds",
+        "lastMirroredOffset",
+        "sourceLogEndOffset",
+    ] {
+        assert!(
+            progress.iter().any(|l| l.last().unwrap() == field),
+            "the captured MirrorTopic has no {field} to check: {progress:?}"
+        );
+    }
+    let mirror: ClusterMirror = serde_json::from_str(
+        &std::fs::read_to_string(testdata().join("clustermirror-healthy.json")).unwrap(),
+    )
+    .unwrap();
+    let mirror_progress = progress_leaves::<ClusterMirror>(mirror.status.as_ref().unwrap());
+    assert!(!mirror_progress.is_empty());
+    for (kind, leaves) in [
+        ("MirrorTopic", progress),
+        ("ClusterMirror", mirror_progress),
+    ] {
+        let paths = ignored_paths(kind);
+        for leaf in leaves {
+            assert!(
+                paths.iter().any(|p| covers(p, &leaf)),
+                "{kind}: {} is progress but its updates are not ignored",
+                leaf.join("/")
+            );
+        }
+    }
+    // And the times and summaries every metadata-sync pass writes, for every part.
+    let schema = crd_schema("ClusterMirror");
+    let parts = schema_at(&schema, &["status".into(), "sync".into()]).unwrap()["properties"]
+        .as_object()
+        .unwrap();
+    let ignored = ignored_paths("ClusterMirror");
+    for part in parts.keys() {
+        for field in ["lastSuccessTime", "lastErrorTime", "summary"] {
+            let path: FieldPath = ["status", "sync", part, field].map(String::from).into();
+            assert!(
+                ignored.contains(&path),
+                "status.sync.{part}.{field} is not ignored"
+            );
+        }
+    }
+    // The helpers read what they should.
+    assert_eq!(
+        jq_path(".status.partitions[]?.lag"),
+        ["status", "partitions", "[]", "lag"]
+    );
+    let mut v = json!({"status": {"partitions": [{"lag": 1, "state": "M"}, {"lag": 2}]}});
+    remove_path(&mut v, &jq_path(".status.partitions[]?.lag"));
+    assert_eq!(v, json!({"status": {"partitions": [{"state": "M"}, {}]}}));
+}
+
 #[test]
 fn argocd_cm_holds_the_scripts() {
     let cm: Value = serde_yaml::from_str(
@@ -173,7 +440,16 @@ fn argocd_cm_holds_the_scripts() {
             "{key} differs from {}; run deploy/render.sh",
             script(kind).display()
         );
+        let key = format!("resource.customizations.ignoreResourceUpdates.kmirror.io_{kind}");
+        assert_eq!(
+            cm["data"][&key].as_str(),
+            Some(std::fs::read_to_string(ignore_file(kind)).unwrap().as_str()),
+            "{key} differs from {}; run deploy/render.sh",
+            ignore_file(kind).display()
+        );
     }
+    // Argo CD 2.x applies them only with this (the default from 3.0).
+    assert_eq!(cm["data"]["resource.ignoreResourceUpdatesEnabled"], "true");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -445,6 +721,71 @@ async fn real_mirrors_move_through_every_health() {
         "2 topics, 3 of 3 partitions mirroring",
     );
 
+    // Under traffic, a healthy MirrorTopic and its ClusterMirror change only in the fields whose
+    // updates Argo CD ignores (no refresh of the Application for them).
+    let traffic = Instant::now();
+    // Every partition's fetcher has reported what it copied (its first report adds the offsets
+    // and offsetsIdentical: a change of state).
+    let caught_up = |t: &Value| {
+        t["status"]["partitions"].as_array().is_some_and(|ps| {
+            ps.len() == 2
+                && ps.iter().all(|p| {
+                    let partition = p["partition"].as_i64().unwrap() as i32;
+                    let end = watermarks(&source, &orders, partition).unwrap().1;
+                    p["lastMirroredOffset"].as_i64() == Some(end - 1)
+                })
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let topic_before = loop {
+        let t = get(&ns, "mirrortopic", "orders");
+        if caught_up(&t) {
+            break t;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "orders caught up in the status: {t:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let mirror_before = get(&ns, "clustermirror", "dr");
+    produce_all(&source, &orders, &mixed_records(40, 2, 0, 9), &[]).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (topic_after, mirror_after) = loop {
+        let t = get(&ns, "mirrortopic", "orders");
+        let m = get(&ns, "clustermirror", "dr");
+        let mirrored =
+            caught_up(&t) && t["status"]["partitions"] != topic_before["status"]["partitions"];
+        let synced = m["status"]["sync"]["topics"]["lastSuccessTime"]
+            != mirror_before["status"]["sync"]["topics"]["lastSuccessTime"];
+        if mirrored && synced {
+            break (t, m);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the 40 records and a sync pass in the status: {t:#}\n{m:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(
+        compared(&topic_after),
+        compared(&topic_before),
+        "a mirroring MirrorTopic changed outside the ignored fields"
+    );
+    assert_eq!(
+        compared(&mirror_after),
+        compared(&mirror_before),
+        "a healthy ClusterMirror changed outside the ignored fields"
+    );
+    eprintln!(
+        "under traffic, only ignored fields changed ({:?})",
+        traffic.elapsed()
+    );
+    assert_ne!(
+        topic_after["metadata"]["resourceVersion"],
+        topic_before["metadata"]["resourceVersion"]
+    );
+
     // Failed: another client writes to audit's destination, then the source moves on. MIRRORING
     // is the lifecycle's word, not "copied": the fetcher may not have started yet, so the foreign
     // record goes in only after kmirror copied audit's 50 records (before that the same write is
@@ -529,7 +870,7 @@ async fn real_mirrors_move_through_every_health() {
     }
     // The alerts' series, as scraped: the FAILED partition with its reason, the state topic.
     let failed_series = format!(
-        r#"kmirror_operator_partition_failed{{mirror="{ns}/dr",topic="{audit}",partition="0",reason="ForeignWrite"}} 1"#
+        r#"kmirror_operator_partition_failed{{namespace="{ns}",name="dr",topic="{audit}",partition="0",reason="ForeignWrite"}} 1"#
     );
     let scraped = operator.metrics_text().expect("/metrics answers");
     assert!(

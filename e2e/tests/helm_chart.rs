@@ -754,6 +754,8 @@ fn monitoring_objects_only_when_enabled() {
     assert_eq!(sm["metadata"]["labels"]["release"], "prom");
     assert_eq!(sm["spec"]["endpoints"][0]["port"], "http");
     assert_eq!(sm["spec"]["endpoints"][0]["path"], "/metrics");
+    // The mirror series' own namespace label is kept, not renamed to exported_namespace.
+    assert_eq!(sm["spec"]["endpoints"][0]["honorLabels"], true);
     let service = one(&objects, "Service");
     for (k, v) in sm["spec"]["selector"]["matchLabels"].as_object().unwrap() {
         assert_eq!(
@@ -762,6 +764,7 @@ fn monitoring_objects_only_when_enabled() {
         );
     }
     let pm = one(&objects, "PodMonitor");
+    assert_eq!(pm["spec"]["podMetricsEndpoints"][0]["honorLabels"], true);
     assert_eq!(
         pm["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"],
         "kmirror-fetcher"
@@ -814,16 +817,8 @@ fn exposed_series() -> BTreeMap<String, BTreeSet<String>> {
     let controller = om::ControllerLabels {
         controller: "mirrortopic".into(),
     };
-    let partition = om::PartitionLabels {
-        mirror: "ns/m".into(),
-        topic: "t".into(),
-        partition: 0,
-    };
-    let state = om::StateLabels {
-        mirror: "ns/m".into(),
-        topic: "t".into(),
-        state: "MIRRORING".into(),
-    };
+    let partition = om::PartitionLabels::new("ns/m", "t", 0);
+    let state = om::StateLabels::new("ns/m", "t", "MIRRORING");
     op.reconciles.get_or_create(&controller).inc();
     op.errors
         .get_or_create(&om::ErrorLabels {
@@ -842,19 +837,17 @@ fn exposed_series() -> BTreeMap<String, BTreeSet<String>> {
         .inc();
     op.sync_runs
         .get_or_create(&om::SyncLabels {
-            mirror: "ns/m".into(),
+            namespace: "ns".into(),
+            name: "m".into(),
             part: "topics".into(),
             result: "ok".into(),
         })
         .inc();
     op.transitions.get_or_create(&state).inc();
     op.leader.set(1);
+    op.group_sync_succeeded("ns/m", 1.0);
     let f = fm::FetcherMetrics::new();
-    let labels = fm::PartitionLabels {
-        mirror: "ns/m".into(),
-        topic: "t".into(),
-        partition: 0,
-    };
+    let labels = fm::PartitionLabels::new("ns/m", "t", 0);
     f.records.get_or_create(&labels).inc();
     f.bytes.get_or_create(&labels).inc();
     f.lag_records.get_or_create(&labels).set(1);
@@ -887,6 +880,9 @@ fn identifier_at(s: &str, start: usize) -> &str {
         .map_or(s.len(), |i| start + i);
     &s[start..end]
 }
+
+/// Labels a series may carry that no kmirror process exposes: Prometheus external labels.
+const EXTERNAL: [&str; 1] = ["cluster"];
 
 /// Metric names and the label names they are matched on, in a PromQL expression.
 fn selectors(expr: &str) -> Vec<(String, Vec<String>)> {
@@ -960,7 +956,7 @@ fn dashboard_is_valid_and_queries_only_real_metrics() {
             let (metric, label) = inner.rsplit_once(',').unwrap();
             let (name, _) = &selectors(metric)[0];
             assert!(
-                series[name].contains(label.trim()),
+                series[name].contains(label.trim()) || EXTERNAL.contains(&label.trim()),
                 "variable {}: {name} has no label {label}",
                 v["name"]
             );
@@ -969,6 +965,7 @@ fn dashboard_is_valid_and_queries_only_real_metrics() {
     }
     let mut ids = BTreeSet::new();
     let mut panels = 0;
+    let mut panel_exprs = BTreeSet::new();
     for panel in dashboard["panels"].as_array().unwrap() {
         assert!(
             ids.insert(panel["id"].as_i64().unwrap()),
@@ -1000,6 +997,7 @@ fn dashboard_is_valid_and_queries_only_real_metrics() {
         assert_eq!(refs.len(), targets.len(), "refIds of {}", panel["title"]);
         for t in targets {
             exprs.push(t["expr"].as_str().unwrap().to_string());
+            panel_exprs.insert(t["expr"].as_str().unwrap().to_string());
         }
     }
     assert!(panels >= 15, "{panels} panels");
@@ -1017,10 +1015,37 @@ fn dashboard_is_valid_and_queries_only_real_metrics() {
                 )
             });
             for l in labels {
-                assert!(known.contains(l), "{expr}: {name} has no label {l}");
+                assert!(
+                    known.contains(l) || EXTERNAL.contains(&l.as_str()),
+                    "{expr}: {name} has no label {l}"
+                );
             }
             available.extend(known.iter().cloned());
             used.insert(name.clone());
+            // Every panel's query is narrowed to the chosen cluster, and a query of a mirror's
+            // series to the chosen namespaces, mirrors (and topics).
+            if !panel_exprs.contains(expr) {
+                continue;
+            }
+            let matched = |var: &str| {
+                labels.contains(&var[1..].to_string())
+                    && expr.contains(&format!("{}=~\"{var}\"", &var[1..]))
+            };
+            assert!(
+                matched("$cluster"),
+                "{expr}: {name} is not filtered by $cluster"
+            );
+            if known.contains("namespace") && known.contains("name") {
+                for var in ["$namespace", "$name"] {
+                    assert!(matched(var), "{expr}: {name} is not filtered by {var}");
+                }
+            }
+            if known.contains("topic") {
+                assert!(
+                    matched("$topic"),
+                    "{expr}: {name} is not filtered by $topic"
+                );
+            }
         }
         for l in grouping_labels(expr) {
             assert!(
@@ -1029,7 +1054,7 @@ fn dashboard_is_valid_and_queries_only_real_metrics() {
             );
         }
         // Variables referenced exist.
-        for var in ["$mirror", "$topic", "$datasource"] {
+        for var in ["$cluster", "$namespace", "$name", "$topic", "$datasource"] {
             if expr.contains(var) {
                 assert!(variables.contains(&var[1..]));
             }
@@ -1046,8 +1071,31 @@ fn dashboard_is_valid_and_queries_only_real_metrics() {
         "kmirror_fetcher_bytes_total",
         "kmirror_fetcher_lag_records",
         "kmirror_fetcher_offsets_identical",
+        "kmirror_operator_group_sync_last_success_timestamp_seconds",
+        "kmirror_build_info",
     ] {
         assert!(used.contains(needed), "the dashboard shows no {needed}");
+    }
+    // The variables, in the order they narrow each other; the cluster is optional (All matches
+    // series without the label).
+    let order: Vec<&str> = dashboard["templating"]["list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        order,
+        ["datasource", "cluster", "namespace", "name", "topic"]
+    );
+    for v in dashboard["templating"]["list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .skip(1)
+    {
+        assert_eq!(v["includeAll"], true, "{}", v["name"]);
+        assert_eq!(v["allValue"], ".*", "{}", v["name"]);
     }
     // The checker itself catches a wrong name and a wrong label.
     assert!(!series.contains_key("kmirror_fetcher_records"));

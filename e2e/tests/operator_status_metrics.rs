@@ -1,11 +1,14 @@
 //! The operator's alerting series and status on the real bed: a consumer group the destination
-//! refuses is counted in `kmirror_operator_group_sync_failures_total{mirror,group}` and named in
-//! the mirror's status while the other groups are still synced, and the state topic reads as
-//! available (`kmirror_operator_state_topic_available`); a topic with more partitions than the
-//! operator lists (`--status-max-partitions`) lists its worst ones and counts them all, and
+//! refuses is counted in `kmirror_operator_group_sync_failures_total{namespace,name,group}` and
+//! named in the mirror's status while the other groups are still synced; a failing group-sync
+//! pass leaves `kmirror_operator_group_sync_last_success_timestamp_seconds` as it was, one after
+//! the refusal is lifted moves it; the state topic reads as available
+//! (`kmirror_operator_state_topic_available`); the operator says which build it is
+//! (`kmirror_build_info`); a topic with more partitions than the operator lists
+//! (`--status-max-partitions`) lists its worst ones and counts them all, and
 //! `kubectl mirror status --partitions all` shows every one.
 
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use kmirror_crds::v1alpha1::PartitionState;
 use kmirror_e2e::Testbed;
@@ -96,7 +99,11 @@ async fn a_refused_group_is_counted_and_named_while_the_others_sync() {
     .await;
 
     let failures = format!(
-        r#"kmirror_operator_group_sync_failures_total{{mirror="{}/dr",group="{refused}"}}"#,
+        r#"kmirror_operator_group_sync_failures_total{{namespace="{}",name="dr",group="{refused}"}}"#,
+        s.ns
+    );
+    let last_success = format!(
+        r#"kmirror_operator_group_sync_last_success_timestamp_seconds{{namespace="{}",name="dr"}} "#,
         s.ns
     );
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -127,12 +134,69 @@ async fn a_refused_group_is_counted_and_named_while_the_others_sync() {
         None,
         "nothing is committed for the refused group"
     );
+    // Lag per partition, by the mirror's namespace and name.
+    let lag = format!(
+        r#"kmirror_operator_partition_lag_records{{namespace="{}",name="dr",topic="{topic}",partition="0"}} "#,
+        s.ns
+    );
+    assert!(op.metric(&lag).is_some(), "no {lag}");
     assert_eq!(
         op.metric(r#"kmirror_operator_state_topic_available{state_topic="__kmirror_state"}"#),
         Some(1.0)
     );
 
+    // While a group fails, no pass counts as a success (the passes before the topic mirrored
+    // had nothing to sync, and did count).
+    let before = op.metric(&last_success);
+    let failed_runs = op.counter(&failures);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while op.counter(&failures) <= failed_runs {
+        assert!(Instant::now() < deadline, "no further failed pass");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(op.metric(&last_success), before, "{last_success}");
+    let build = op
+        .metrics_text()
+        .unwrap()
+        .lines()
+        .find(|l| l.starts_with("kmirror_build_info{"))
+        .map(str::to_string);
+    let build = build.expect("kmirror_build_info");
+    assert!(
+        build.contains(&format!(r#"version="{}""#, env!("CARGO_PKG_VERSION")))
+            && build.contains(r#"component="operator""#)
+            && build.contains("git_sha=\"")
+            && build.ends_with(" 1"),
+        "{build}"
+    );
+
+    let lifted = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
     delete_acls(admin.inner(), &[deny(&refused)], TIMEOUT).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let at = loop {
+        if let Some(at) = op
+            .metric(&last_success)
+            .filter(|at| *at >= lifted.as_secs_f64() - 1.0)
+        {
+            break at;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no successful group sync after the refusal was lifted\n{}",
+            op.metrics_text().unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+    assert!(
+        at >= lifted.as_secs_f64() - 1.0 && at <= now.as_secs_f64() + 1.0,
+        "last success {at}, lifted at {lifted:?}, now {now:?}"
+    );
+    eprintln!(
+        "a group sync succeeded {:.1} s after the refusal was lifted",
+        at - lifted.as_secs_f64()
+    );
+    assert_eq!(committed(&dest, &refused, &topic), Some(40));
     s.cleanup().await;
 }
 

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use kmirror_crds::v1alpha1::PartitionState;
 use kmirror_e2e::Testbed;
 use kmirror_e2e::fetcher::{
-    FetcherProcess, destination_args, ensure_state_topic, free_http_addr, metric, recorded, scrape,
-    source_args, verify, wait_until,
+    FetcherProcess, destination_args, ensure_state_topic, free_http_addr, metric, partition_labels,
+    recorded, scrape, source_args, verify, wait_until,
 };
 use kmirror_e2e::kafka::{DestUser, create_topic, unique_name, watermarks};
 use kmirror_e2e::operator::{OperatorProcess, Scenario, all_partitions, eventually};
@@ -170,7 +170,7 @@ fn a_fetcher_waits_for_an_open_transaction_without_calling_it_a_stall() {
             position.source_high_watermark.unwrap() > open.from_offset,
             "{engine}: records past the open transaction: {position:?}"
         );
-        let labels = format!("mirror=\"{mirror}\",topic=\"{topic}\",partition=\"0\"");
+        let labels = partition_labels(&mirror, &topic, 0);
         let text = scrape(&addr);
         assert_eq!(
             metric(&text, "kmirror_fetcher_lag_records", &labels),

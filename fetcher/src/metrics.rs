@@ -12,19 +12,39 @@ use prometheus_client::registry::Registry;
 /// Labels of a partition's series.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PartitionLabels {
-    /// The mirror, `namespace/name`.
-    pub mirror: String,
+    /// Namespace of the `ClusterMirror`.
+    pub namespace: String,
+    /// Name of the `ClusterMirror`.
+    pub name: String,
     /// Source topic.
     pub topic: String,
     /// Partition.
     pub partition: i32,
 }
 
+impl PartitionLabels {
+    /// The labels of a partition of `topic` of the mirror `key` (`namespace/name`).
+    pub fn new(key: &str, topic: &str, partition: i32) -> PartitionLabels {
+        let (namespace, name) = match key.split_once('/') {
+            Some((namespace, name)) => (namespace.to_string(), name.to_string()),
+            None => (String::new(), key.to_string()),
+        };
+        PartitionLabels {
+            namespace,
+            name,
+            topic: topic.to_string(),
+            partition,
+        }
+    }
+}
+
 /// Labels of the per-state series.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StateLabels {
-    /// The mirror.
-    pub mirror: String,
+    /// Namespace of the `ClusterMirror`.
+    pub namespace: String,
+    /// Name of the `ClusterMirror`.
+    pub name: String,
     /// Source topic.
     pub topic: String,
     /// Partition.
@@ -33,9 +53,24 @@ pub struct StateLabels {
     pub state: String,
 }
 
+/// Labels of `kmirror_build_info`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BuildInfoLabels {
+    /// `fetcher`.
+    pub component: String,
+    /// Release version.
+    pub version: String,
+    /// Git commit the build was made from, or `unknown`.
+    pub git_sha: String,
+    /// Compiler version.
+    pub rustc: String,
+}
+
 /// The fetcher's metrics.
 pub struct FetcherMetrics {
     registry: Registry,
+    /// 1, labelled with the build (`kmirror_build_info`).
+    pub build_info: Family<BuildInfoLabels, Gauge>,
     /// Records copied.
     pub records: Family<PartitionLabels, Counter>,
     /// Bytes copied (keys, values and headers).
@@ -75,7 +110,23 @@ impl Default for FetcherMetrics {
 impl FetcherMetrics {
     /// Registers every metric.
     pub fn new() -> FetcherMetrics {
-        let mut registry = Registry::with_prefix("kmirror_fetcher");
+        use kmirror_state::build_info as build;
+        let mut root = Registry::with_prefix("kmirror");
+        let build_info = Family::<BuildInfoLabels, Gauge>::default();
+        build_info
+            .get_or_create(&BuildInfoLabels {
+                component: "fetcher".into(),
+                version: build::VERSION.into(),
+                git_sha: build::git_sha().into(),
+                rustc: build::RUSTC.into(),
+            })
+            .set(1);
+        root.register(
+            "build_info",
+            "1, labelled with the version, Git commit and compiler of the build",
+            build_info.clone(),
+        );
+        let registry = root.sub_registry_with_prefix("fetcher");
         let records = Family::<PartitionLabels, Counter>::default();
         let bytes = Family::<PartitionLabels, Counter>::default();
         let lag_records = Family::<PartitionLabels, Gauge>::default();
@@ -149,7 +200,8 @@ impl FetcherMetrics {
             data_loss_records.clone(),
         );
         FetcherMetrics {
-            registry,
+            registry: root,
+            build_info,
             records,
             bytes,
             lag_records,
@@ -169,7 +221,8 @@ impl FetcherMetrics {
     pub fn set_state(&self, labels: &PartitionLabels, current: PartitionState) {
         for s in PartitionState::ALL {
             let l = StateLabels {
-                mirror: labels.mirror.clone(),
+                namespace: labels.namespace.clone(),
+                name: labels.name.clone(),
                 topic: labels.topic.clone(),
                 partition: labels.partition,
                 state: s.as_str().to_string(),
@@ -194,18 +247,26 @@ mod tests {
     #[test]
     fn the_data_loss_counter_has_the_name_and_labels_the_alerts_read() {
         let m = FetcherMetrics::new();
-        let labels = PartitionLabels {
-            mirror: "ns/m".into(),
-            topic: "orders".into(),
-            partition: 2,
-        };
+        let labels = PartitionLabels::new("ns/m", "orders", 2);
         m.data_loss_records.get_or_create(&labels).inc_by(50);
         let text = m.encode();
         assert!(
             text.contains(
-                r#"kmirror_fetcher_data_loss_records_total{mirror="ns/m",topic="orders",partition="2"} 50"#
+                r#"kmirror_fetcher_data_loss_records_total{namespace="ns",name="m",topic="orders",partition="2"} 50"#
             ),
             "{text}"
         );
+    }
+
+    #[test]
+    fn the_build_is_exposed_with_value_1() {
+        let text = FetcherMetrics::new().encode();
+        let line = format!(
+            r#"kmirror_build_info{{component="fetcher",version="{}",git_sha="{}",rustc="{}"}} 1"#,
+            env!("CARGO_PKG_VERSION"),
+            kmirror_state::build_info::git_sha(),
+            kmirror_state::build_info::RUSTC
+        );
+        assert!(text.lines().any(|l| l == line), "{text}");
     }
 }

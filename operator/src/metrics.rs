@@ -30,8 +30,10 @@ pub struct ErrorLabels {
 /// Labels of per-state series.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StateLabels {
-    /// `namespace/name` of the mirror.
-    pub mirror: String,
+    /// Namespace of the `ClusterMirror`.
+    pub namespace: String,
+    /// Name of the `ClusterMirror`.
+    pub name: String,
     /// Source topic.
     pub topic: String,
     /// Lifecycle state.
@@ -41,8 +43,10 @@ pub struct StateLabels {
 /// Labels of per-partition series.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PartitionLabels {
-    /// `namespace/name` of the mirror.
-    pub mirror: String,
+    /// Namespace of the `ClusterMirror`.
+    pub namespace: String,
+    /// Name of the `ClusterMirror`.
+    pub name: String,
     /// Source topic.
     pub topic: String,
     /// Partition.
@@ -52,8 +56,10 @@ pub struct PartitionLabels {
 /// Labels of a FAILED partition's series.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct FailedLabels {
-    /// `namespace/name` of the mirror.
-    pub mirror: String,
+    /// Namespace of the `ClusterMirror`.
+    pub namespace: String,
+    /// Name of the `ClusterMirror`.
+    pub name: String,
     /// Source topic.
     pub topic: String,
     /// Partition.
@@ -72,8 +78,10 @@ pub struct StateTopicLabels {
 /// Labels of per-group series.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct GroupLabels {
-    /// `namespace/name` of the mirror.
-    pub mirror: String,
+    /// Namespace of the `ClusterMirror`.
+    pub namespace: String,
+    /// Name of the `ClusterMirror`.
+    pub name: String,
     /// Consumer group.
     pub group: String,
 }
@@ -81,8 +89,10 @@ pub struct GroupLabels {
 /// Labels of sync series.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SyncLabels {
-    /// `namespace/name` of the mirror.
-    pub mirror: String,
+    /// Namespace of the `ClusterMirror`.
+    pub namespace: String,
+    /// Name of the `ClusterMirror`.
+    pub name: String,
     /// `topics`, `topicConfigs`, `partitions`, `consumerGroups` or `acls`.
     pub part: String,
     /// `ok` or `error`.
@@ -96,6 +106,83 @@ pub struct KindLabels {
     pub kind: String,
 }
 
+impl StateLabels {
+    /// The labels of `topic` of the mirror `key` (`namespace/name`) in `state`.
+    pub fn new(key: &str, topic: &str, state: &str) -> StateLabels {
+        let (namespace, name) = split_key(key);
+        StateLabels {
+            namespace,
+            name,
+            topic: topic.to_string(),
+            state: state.to_string(),
+        }
+    }
+}
+
+impl PartitionLabels {
+    /// The labels of a partition of `topic` of the mirror `key` (`namespace/name`).
+    pub fn new(key: &str, topic: &str, partition: i32) -> PartitionLabels {
+        let (namespace, name) = split_key(key);
+        PartitionLabels {
+            namespace,
+            name,
+            topic: topic.to_string(),
+            partition,
+        }
+    }
+}
+
+/// Labels of the series that name one mirror alone.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MirrorLabels {
+    /// Namespace of the `ClusterMirror`.
+    pub namespace: String,
+    /// Name of the `ClusterMirror`.
+    pub name: String,
+}
+
+impl MirrorLabels {
+    /// The labels of the mirror `namespace/name` (the key the operator keeps mirrors by).
+    pub fn of(key: &str) -> MirrorLabels {
+        let (namespace, name) = split_key(key);
+        MirrorLabels { namespace, name }
+    }
+}
+
+/// `namespace/name` as its two labels (a key without `/` is a name in no namespace).
+pub fn split_key(key: &str) -> (String, String) {
+    match key.split_once('/') {
+        Some((namespace, name)) => (namespace.to_string(), name.to_string()),
+        None => (String::new(), key.to_string()),
+    }
+}
+
+/// Labels of `kmirror_build_info`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BuildInfoLabels {
+    /// `operator` or `fetcher`.
+    pub component: String,
+    /// Release version.
+    pub version: String,
+    /// Git commit the build was made from, or `unknown`.
+    pub git_sha: String,
+    /// Compiler version.
+    pub rustc: String,
+}
+
+impl BuildInfoLabels {
+    /// This build's labels, for `component`.
+    pub fn of(component: &str) -> BuildInfoLabels {
+        use kmirror_state::build_info;
+        BuildInfoLabels {
+            component: component.to_string(),
+            version: build_info::VERSION.to_string(),
+            git_sha: build_info::git_sha().to_string(),
+            rustc: build_info::RUSTC.to_string(),
+        }
+    }
+}
+
 /// Labels of `MirrorTopic` lookups: `cache` (the controller's reflector) or `list` (the API).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct LookupLabels {
@@ -106,6 +193,11 @@ pub struct LookupLabels {
 /// The operator's metrics.
 pub struct Metrics {
     registry: Registry,
+    /// 1, labelled with the build (`kmirror_build_info`).
+    pub build_info: Family<BuildInfoLabels, Gauge>,
+    /// When a periodic consumer-group offset sync pass of a mirror last completed without an
+    /// error, Unix seconds; absent for mirrors that do not sync groups.
+    pub group_sync_last_success: Family<MirrorLabels, Gauge<f64, AtomicU64>>,
     /// Reconciles run.
     pub reconciles: Family<ControllerLabels, Counter>,
     /// Reconciles that failed.
@@ -144,7 +236,23 @@ pub struct Metrics {
 
 impl Default for Metrics {
     fn default() -> Self {
-        let mut registry = Registry::with_prefix("kmirror_operator");
+        let mut root = Registry::with_prefix("kmirror");
+        let build_info = Family::<BuildInfoLabels, Gauge>::default();
+        build_info
+            .get_or_create(&BuildInfoLabels::of("operator"))
+            .set(1);
+        root.register(
+            "build_info",
+            "1, labelled with the version, Git commit and compiler of the build",
+            build_info.clone(),
+        );
+        let registry = root.sub_registry_with_prefix("operator");
+        let group_sync_last_success = Family::<MirrorLabels, Gauge<f64, AtomicU64>>::default();
+        registry.register(
+            "group_sync_last_success_timestamp_seconds",
+            "When a consumer-group offset sync pass of the mirror last completed without an error",
+            group_sync_last_success.clone(),
+        );
         let reconciles = Family::<ControllerLabels, Counter>::default();
         let errors = Family::<ErrorLabels, Counter>::default();
         let duration = Family::<ControllerLabels, Histogram>::new_with_constructor(|| {
@@ -239,7 +347,9 @@ impl Default for Metrics {
             group_sync_failures.clone(),
         );
         Metrics {
-            registry,
+            registry: root,
+            build_info,
+            group_sync_last_success,
             reconciles,
             errors,
             duration,
@@ -266,10 +376,12 @@ impl Metrics {
     /// partition with its reason; every other series of the topic is removed, so a retried
     /// partition, or one failed for another reason now, leaves no stale 1 behind.
     pub fn set_failed_partitions(&self, mirror: &str, topic: &str, failed: &[(i32, &str)]) {
+        let (namespace, name) = split_key(mirror);
         let wanted: Vec<FailedLabels> = failed
             .iter()
             .map(|(partition, reason)| FailedLabels {
-                mirror: mirror.to_string(),
+                namespace: namespace.clone(),
+                name: name.clone(),
                 topic: topic.to_string(),
                 partition: *partition,
                 reason: reason.to_string(),
@@ -290,6 +402,28 @@ impl Metrics {
         } else {
             shown.insert(key, wanted);
         }
+    }
+
+    /// Records that a periodic consumer-group sync pass of `mirror` completed without an error
+    /// at `unix_seconds`.
+    pub fn group_sync_succeeded(&self, mirror: &str, unix_seconds: f64) {
+        self.group_sync_last_success
+            .get_or_create(&MirrorLabels::of(mirror))
+            .set(unix_seconds);
+    }
+
+    /// The last successful group sync recorded for `mirror` since this process started.
+    pub fn group_sync_last_success(&self, mirror: &str) -> Option<f64> {
+        self.group_sync_last_success
+            .get(&MirrorLabels::of(mirror))
+            .map(|g| g.get())
+    }
+
+    /// Removes the series of `mirror` that only a mirror syncing consumer groups has (it stopped
+    /// syncing them, or is deleted).
+    pub fn forget_group_sync(&self, mirror: &str) {
+        self.group_sync_last_success
+            .remove(&MirrorLabels::of(mirror));
     }
 
     /// Prometheus text exposition.
@@ -324,9 +458,9 @@ mod tests {
         assert_eq!(
             failed_lines(&m),
             [
-                r#"kmirror_operator_partition_failed{mirror="ns/dr",topic="t",partition="0",reason="ForeignWrite"} 1"#,
-                r#"kmirror_operator_partition_failed{mirror="ns/dr",topic="t",partition="2",reason="DataLoss"} 1"#,
-                r#"kmirror_operator_partition_failed{mirror="ns/dr",topic="u",partition="0",reason="SourceDiverged"} 1"#,
+                r#"kmirror_operator_partition_failed{namespace="ns",name="dr",topic="t",partition="0",reason="ForeignWrite"} 1"#,
+                r#"kmirror_operator_partition_failed{namespace="ns",name="dr",topic="t",partition="2",reason="DataLoss"} 1"#,
+                r#"kmirror_operator_partition_failed{namespace="ns",name="dr",topic="u",partition="0",reason="SourceDiverged"} 1"#,
             ]
         );
         // Partition 0 retried, partition 2 failed again for another reason: no stale series.
@@ -334,12 +468,85 @@ mod tests {
         assert_eq!(
             failed_lines(&m),
             [
-                r#"kmirror_operator_partition_failed{mirror="ns/dr",topic="t",partition="2",reason="RecordRefused"} 1"#,
-                r#"kmirror_operator_partition_failed{mirror="ns/dr",topic="u",partition="0",reason="SourceDiverged"} 1"#,
+                r#"kmirror_operator_partition_failed{namespace="ns",name="dr",topic="t",partition="2",reason="RecordRefused"} 1"#,
+                r#"kmirror_operator_partition_failed{namespace="ns",name="dr",topic="u",partition="0",reason="SourceDiverged"} 1"#,
             ]
         );
         m.set_failed_partitions("ns/dr", "t", &[]);
         m.set_failed_partitions("ns/dr", "u", &[]);
         assert!(failed_lines(&m).is_empty(), "{:?}", failed_lines(&m));
+    }
+
+    fn lines_of(m: &Metrics, name: &str) -> Vec<String> {
+        m.encode()
+            .lines()
+            .filter(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
+            .map(str::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn the_build_is_exposed_once_with_value_1() {
+        let m = Metrics::default();
+        let lines = lines_of(&m, "kmirror_build_info");
+        assert_eq!(
+            lines,
+            [format!(
+                r#"kmirror_build_info{{component="operator",version="{}",git_sha="{}",rustc="{}"}} 1"#,
+                env!("CARGO_PKG_VERSION"),
+                kmirror_state::build_info::git_sha(),
+                kmirror_state::build_info::RUSTC
+            )]
+        );
+        assert!(
+            m.encode().contains("# TYPE kmirror_build_info gauge"),
+            "a gauge: the Prometheus text format has no info type"
+        );
+    }
+
+    #[test]
+    fn mirror_series_carry_namespace_and_name() {
+        let m = Metrics::default();
+        m.lag
+            .get_or_create(&PartitionLabels {
+                namespace: "shop".into(),
+                name: "dr".into(),
+                topic: "orders".into(),
+                partition: 3,
+            })
+            .set(7);
+        assert_eq!(
+            lines_of(&m, "kmirror_operator_partition_lag_records"),
+            [
+                r#"kmirror_operator_partition_lag_records{namespace="shop",name="dr",topic="orders",partition="3"} 7"#
+            ]
+        );
+        assert_eq!(split_key("shop/dr"), ("shop".into(), "dr".into()));
+    }
+
+    #[test]
+    fn the_last_group_sync_is_a_timestamp_per_mirror_removed_with_it() {
+        let m = Metrics::default();
+        assert_eq!(m.group_sync_last_success("shop/dr"), None);
+        m.group_sync_succeeded("shop/dr", 1_700_000_000.5);
+        m.group_sync_succeeded("shop/eu", 1_700_000_100.0);
+        assert_eq!(m.group_sync_last_success("shop/dr"), Some(1_700_000_000.5));
+        let name = "kmirror_operator_group_sync_last_success_timestamp_seconds";
+        let mut lines = lines_of(&m, name);
+        lines.sort();
+        assert_eq!(
+            lines,
+            [
+                format!(r#"{name}{{namespace="shop",name="dr"}} 1700000000.5"#),
+                format!(r#"{name}{{namespace="shop",name="eu"}} 1700000100.0"#),
+            ]
+        );
+        m.forget_group_sync("shop/dr");
+        assert_eq!(
+            lines_of(&m, name),
+            [format!(
+                r#"{name}{{namespace="shop",name="eu"}} 1700000100.0"#
+            )]
+        );
     }
 }

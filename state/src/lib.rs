@@ -11,8 +11,10 @@
 //! - [`kafka_admin`]: the admin calls rdkafka's Rust API lacks (topic IDs, ACLs, configs);
 //! - [`kafka_record`]: owned record copies, their comparison, reading one record;
 //! - [`connection`] and [`flags`]: how a process is told to reach the two clusters;
-//! - [`logging`] and [`quiet`]: the shared `tracing` set-up and a quiet end-of-partition context.
+//! - [`logging`] and [`quiet`]: the shared `tracing` set-up and a quiet end-of-partition context;
+//! - [`build_info`]: the version, commit and compiler of the build.
 
+pub mod build_info;
 pub mod connection;
 pub mod fence;
 pub mod flags;

@@ -342,7 +342,7 @@ async fn main() {
     let state_topic = kmirror_crds::v1alpha1::DEFAULT_STATE_TOPIC;
     let groups_series = |kind: &str| {
         format!(
-            "kmirror_operator_sync_duration_seconds_{kind}{{mirror=\"{}/scale\",part=\"consumerGroups\",result=\"ok\"}}",
+            "kmirror_operator_sync_duration_seconds_{kind}{{namespace=\"{}\",name=\"scale\",part=\"consumerGroups\",result=\"ok\"}}",
             s.ns
         )
     };

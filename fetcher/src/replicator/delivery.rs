@@ -385,11 +385,7 @@ mod tests {
     use kmirror_state::records::StopReason;
 
     fn unit(dst_end: i64) -> Unit {
-        let labels = PartitionLabels {
-            mirror: "ns/m".into(),
-            topic: "orders".into(),
-            partition: 0,
-        };
+        let labels = PartitionLabels::new("ns/m", "orders", 0);
         Unit::new(
             Cursor::resume(0, OffsetMap::identity(), dst_end),
             labels,

@@ -268,11 +268,7 @@ struct Fetcher<'a> {
 
 impl Fetcher<'_> {
     fn labels(&self, partition: i32) -> PartitionLabels {
-        PartitionLabels {
-            mirror: self.config.mirror.clone(),
-            topic: self.config.source_topic.clone(),
-            partition,
-        }
+        PartitionLabels::new(&self.config.mirror, &self.config.source_topic, partition)
     }
 }
 

@@ -23,6 +23,7 @@ use kube::runtime::controller::Action;
 use crate::clusters::Cluster;
 use crate::context::{Context, Note};
 use crate::error::{Cause, Error, Result};
+use crate::metrics::Metrics;
 use crate::reconcile::Cleanup;
 use crate::scope::{MirrorScope, key_of};
 use crate::sync;
@@ -138,6 +139,7 @@ async fn apply(cm: Arc<ClusterMirror>, ctx: Arc<Context>) -> Result<Action> {
         return Ok(Action::await_change());
     }
 
+    track_group_sync(&ctx.metrics, &key, &cm);
     let source = connect(&ctx, &cm, "source").await;
     let destination = connect(&ctx, &cm, "destination").await;
     let mut requeue = Duration::from_secs(30);
@@ -197,6 +199,29 @@ async fn apply(cm: Arc<ClusterMirror>, ctx: Arc<Context>) -> Result<Action> {
     Ok(Action::requeue(requeue.max(wait)))
 }
 
+/// Keeps the mirror's `kmirror_operator_group_sync_last_success_timestamp_seconds`: absent when
+/// it syncs no consumer groups; after a restart or a change of leader, until this process's first
+/// successful pass, the last success its status records — so that a mirror whose syncs keep
+/// failing (or cannot run) still ages.
+pub fn track_group_sync(metrics: &Metrics, key: &str, cm: &ClusterMirror) {
+    if !cm.spec.sync.consumer_groups.enabled {
+        metrics.forget_group_sync(key);
+        return;
+    }
+    if metrics.group_sync_last_success(key).is_some() {
+        return;
+    }
+    let recorded = cm
+        .status
+        .as_ref()
+        .and_then(|s| s.sync.consumer_groups.as_ref())
+        .and_then(|g| g.last_success_time.as_deref())
+        .and_then(|t| t.parse::<Timestamp>().ok());
+    if let Some(t) = recorded {
+        metrics.group_sync_succeeded(key, t.as_millisecond() as f64 / 1000.0);
+    }
+}
+
 /// The `MirrorTopic`s of a mirror.
 async fn mirror_topics(ctx: &Context, cm: &ClusterMirror) -> Result<Vec<MirrorTopic>> {
     let name = cm.name_any();
@@ -211,6 +236,7 @@ async fn mirror_topics(ctx: &Context, cm: &ClusterMirror) -> Result<Vec<MirrorTo
 async fn cleanup(cm: Arc<ClusterMirror>, ctx: Arc<Context>) -> Result<Cleanup> {
     let mine = mirror_topics(&ctx, &cm).await?;
     if mine.is_empty() {
+        ctx.metrics.forget_group_sync(&key_of(&cm));
         return Ok(Cleanup::Done);
     }
     let api: Api<MirrorTopic> =
@@ -226,4 +252,41 @@ async fn cleanup(cm: Arc<ClusterMirror>, ctx: Arc<Context>) -> Result<Cleanup> {
         mine.len(),
         cm.name_any()
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn mirror(groups: bool, last_success: Option<&str>) -> ClusterMirror {
+        let connection = json!({"bootstrapServers": "k:9092"});
+        serde_json::from_value(json!({
+            "apiVersion": "kmirror.io/v1alpha1",
+            "kind": "ClusterMirror",
+            "metadata": {"name": "dr", "namespace": "shop"},
+            "spec": {"source": connection, "destination": connection,
+                     "sync": {"consumerGroups": {"enabled": groups}}},
+            "status": {"sync": {"consumerGroups": {"lastSuccessTime": last_success}}}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_last_group_sync_starts_from_the_status_and_only_for_mirrors_that_sync_groups() {
+        let m = Metrics::default();
+        // A new leader: the status's last success until its own first pass.
+        track_group_sync(&m, "shop/dr", &mirror(true, Some("2026-01-02T03:04:05Z")));
+        assert_eq!(m.group_sync_last_success("shop/dr"), Some(1_767_323_045.0));
+        // Its own passes win over the status from then on.
+        m.group_sync_succeeded("shop/dr", 1_767_323_100.0);
+        track_group_sync(&m, "shop/dr", &mirror(true, Some("2026-01-02T03:04:05Z")));
+        assert_eq!(m.group_sync_last_success("shop/dr"), Some(1_767_323_100.0));
+        // Groups no longer synced: no series, so no alert about them.
+        track_group_sync(&m, "shop/dr", &mirror(false, Some("2026-01-02T03:04:05Z")));
+        assert_eq!(m.group_sync_last_success("shop/dr"), None);
+        // Never synced yet: nothing to show.
+        track_group_sync(&m, "shop/dr", &mirror(true, None));
+        assert_eq!(m.group_sync_last_success("shop/dr"), None);
+    }
 }

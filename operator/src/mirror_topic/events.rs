@@ -125,11 +125,7 @@ pub fn count_transitions(
     for (_, r) in writes {
         metrics
             .transitions
-            .get_or_create(&StateLabels {
-                mirror: mirror.into(),
-                topic: topic.into(),
-                state: r.state.as_str().into(),
-            })
+            .get_or_create(&StateLabels::new(mirror, topic, r.state.as_str()))
             .inc();
     }
 }
@@ -142,19 +138,11 @@ pub fn record_partitions(metrics: &Metrics, mirror: &str, topic: &str, report: &
         let n = statuses.iter().filter(|p| p.state == s).count() as i64;
         metrics
             .partitions
-            .get_or_create(&StateLabels {
-                mirror: mirror.into(),
-                topic: topic.into(),
-                state: s.as_str().into(),
-            })
+            .get_or_create(&StateLabels::new(mirror, topic, s.as_str()))
             .set(n);
     }
     for p in statuses {
-        let labels = PartitionLabels {
-            mirror: mirror.into(),
-            topic: topic.into(),
-            partition: p.partition,
-        };
+        let labels = PartitionLabels::new(mirror, topic, p.partition);
         metrics.lag.get_or_create(&labels).set(p.lag.unwrap_or(0));
         metrics
             .lag_seconds

@@ -335,11 +335,13 @@ pub async fn sync(
     if !report.synced.is_empty() {
         tracing::info!(groups = ?report.synced, "synced consumer-group offsets");
     }
+    let (namespace, name) = crate::metrics::split_key(&scope.key);
     for (group, _) in &report.failed {
         metrics
             .group_sync_failures
             .get_or_create(&GroupLabels {
-                mirror: scope.key.clone(),
+                namespace: namespace.clone(),
+                name: name.clone(),
                 group: group.clone(),
             })
             .inc();

@@ -159,9 +159,11 @@ pub async fn run(ctx: &Context, scope: &MirrorScope) -> Outcomes {
         );
         took.insert(SyncPart::Acls, started.elapsed());
     }
+    let (namespace, name) = crate::metrics::split_key(&scope.key);
     for (part, outcome) in &out {
         let labels = crate::metrics::SyncLabels {
-            mirror: scope.key.clone(),
+            namespace: namespace.clone(),
+            name: name.clone(),
             part: part.as_str().to_string(),
             result: if outcome.is_ok() { "ok" } else { "error" }.to_string(),
         };
@@ -173,7 +175,19 @@ pub async fn run(ctx: &Context, scope: &MirrorScope) -> Outcomes {
                 .observe(d.as_secs_f64());
         }
     }
+    // A failed pass leaves the last success as it was (a mirror that stops syncing groups loses
+    // the series: `cluster_mirror::track_group_sync`).
+    if let Some(Ok(_)) = out.get(&SyncPart::ConsumerGroups) {
+        ctx.metrics.group_sync_succeeded(&scope.key, unix_now());
+    }
     out
+}
+
+/// Now, in Unix seconds.
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 #[cfg(test)]
