@@ -1,0 +1,387 @@
+//! An operator upgrade on the bed: the operator is stopped and started again with another
+//! fetcher image (every fetcher pod's spec hash changes) while a per-partition mirror and a
+//! pooled one copy under traffic. The fetcher pods are replaced one at a time per mirror (the
+//! default `--fetcher-max-unavailable 1`), each replacement Ready and its partitions copying
+//! again before the next pod is deleted; every pod ends on the new image; every record is on the
+//! destination once, at its offset (the verifier).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kmirror_crds::v1alpha1::PartitionState;
+use kmirror_e2e::Testbed;
+use kmirror_e2e::fetcher::{ensure_state_topic, verify};
+use kmirror_e2e::kafka::{create_topic, unique_name, watermarks};
+use kmirror_e2e::kube::is_ready;
+use kmirror_e2e::operator::{OperatorProcess, Scenario, all_partitions};
+use kmirror_fetcher::config::Isolation;
+use kmirror_state::leases::LeaseUnit;
+use kmirror_state::pool::assign;
+use kube::api::Api;
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use serde_json::json;
+
+/// Partitions of the per-partition mirror's topic: one pod each.
+const PARTITIONS: i32 = 4;
+/// Partitions of each of the pooled mirror's two topics.
+const POOLED_PARTITIONS: i32 = 2;
+const OLD_IMAGE: &str = "kmirror:test";
+const NEW_IMAGE: &str = "kmirror:upgraded";
+
+/// One fetcher pod as the watch last saw it.
+#[derive(Debug, Clone)]
+struct Seen {
+    uid: String,
+    image: String,
+    ready: bool,
+    terminating: bool,
+}
+
+/// What the watch recorded of one mirror's pods.
+#[derive(Debug, Default)]
+struct Timeline {
+    /// Pods by name, as last seen.
+    pods: BTreeMap<String, Seen>,
+    /// Most pods of the mirror unavailable at one moment (missing, not Ready or being deleted),
+    /// and who they were.
+    worst: (usize, Vec<String>),
+    /// When an old-image pod was first seen being deleted, by name.
+    deleted: BTreeMap<String, Instant>,
+    /// When a new-image pod was first seen Ready, by name.
+    ready: BTreeMap<String, Instant>,
+}
+
+impl Timeline {
+    fn see(&mut self, pod: &Pod, gone: bool, names: &BTreeSet<String>) {
+        let name = pod.name_any();
+        let image = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.containers[0].image.clone())
+            .unwrap_or_default();
+        let seen = Seen {
+            uid: pod.uid().unwrap_or_default(),
+            ready: is_ready(pod),
+            terminating: pod.metadata.deletion_timestamp.is_some(),
+            image,
+        };
+        if seen.image == OLD_IMAGE && (seen.terminating || gone) {
+            self.deleted.entry(name.clone()).or_insert_with(Instant::now);
+        }
+        if seen.image == NEW_IMAGE && seen.ready && !seen.terminating && !gone {
+            self.ready.entry(name.clone()).or_insert_with(Instant::now);
+        }
+        if gone {
+            // Only the pod of that UID is gone (a replacement may already be seen).
+            if self.pods.get(&name).is_some_and(|p| p.uid == seen.uid) {
+                self.pods.remove(&name);
+            }
+        } else {
+            self.pods.insert(name, seen);
+        }
+        let down: Vec<String> = names
+            .iter()
+            .filter(|n| {
+                self.pods
+                    .get(*n)
+                    .is_none_or(|p| !p.ready || p.terminating)
+            })
+            .cloned()
+            .collect();
+        if down.len() > self.worst.0 {
+            self.worst = (down.len(), down);
+        }
+    }
+}
+
+/// Watches the fetcher pods of `mirror` (names `names`) into `timeline` until the task is
+/// aborted.
+fn watch(
+    client: Client,
+    ns: &str,
+    mirror: &str,
+    names: BTreeSet<String>,
+    timeline: Arc<Mutex<Timeline>>,
+) -> tokio::task::JoinHandle<()> {
+    let api: Api<Pod> = Api::namespaced(client, ns);
+    let config = watcher::Config::default().labels(&format!("kmirror.io/mirror={mirror}"));
+    tokio::spawn(async move {
+        let mut events = watcher(api, config).default_backoff().boxed();
+        while let Some(event) = events.next().await {
+            let mut t = timeline.lock().unwrap();
+            match event {
+                Ok(watcher::Event::Apply(p)) | Ok(watcher::Event::InitApply(p)) => {
+                    t.see(&p, false, &names)
+                }
+                Ok(watcher::Event::Delete(p)) => t.see(&p, true, &names),
+                _ => {}
+            }
+        }
+    })
+}
+
+/// Produces to every partition of `topics` every 50 ms until `stop`; returns how many.
+fn traffic(
+    bed: &Testbed,
+    topics: Vec<(String, i32)>,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<u64> {
+    let producer: BaseProducer = bed
+        .source_config()
+        .set("enable.idempotence", "true")
+        .create()
+        .expect("producer");
+    std::thread::spawn(move || {
+        let mut sent = 0u64;
+        while !stop.load(Ordering::Relaxed) {
+            for (topic, partitions) in &topics {
+                for p in 0..*partitions {
+                    let value = format!("live {sent}");
+                    let _ = producer.send(
+                        BaseRecord::<str, str>::to(topic)
+                            .partition(p)
+                            .payload(&value),
+                    );
+                    sent += 1;
+                }
+            }
+            producer.poll(Duration::from_millis(50));
+        }
+        producer.flush(Duration::from_secs(30)).expect("flush");
+        sent
+    })
+}
+
+/// Two topic names whose slices land on different pods of a pool of two.
+fn spread_pair() -> [String; 2] {
+    loop {
+        let names = [unique_name("upg-pool-a"), unique_name("upg-pool-b")];
+        let units: Vec<LeaseUnit> = names
+            .iter()
+            .flat_map(|t| (0..POOLED_PARTITIONS).map(move |p| LeaseUnit::new(t, p)))
+            .collect();
+        if assign(&units, 2).len() == 2 {
+            return names;
+        }
+    }
+}
+
+/// Waits until every named pod runs `image`, Ready and not being deleted.
+async fn wait_image(s: &Scenario, names: &BTreeSet<String>, image: &str, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let pods = s.pods().await;
+        let on: BTreeSet<String> = pods
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none() && is_ready(p))
+            .filter(|p| {
+                p.spec.as_ref().and_then(|s| s.containers[0].image.as_deref()) == Some(image)
+            })
+            .map(|p| p.name_any())
+            .collect();
+        if names.is_subset(&on) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "after {timeout:?} only {on:?} of {names:?} run {image}, Ready"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+/// Waits until every partition of MirrorTopic `name` (source `topic`) mirrored its source end;
+/// then checks each record by record.
+async fn assert_exact(bed: &Testbed, s: &Scenario, name: &str, topic: &str, partitions: i32) {
+    let ends: Vec<i64> = (0..partitions)
+        .map(|p| watermarks(&bed.source_config(), topic, p).unwrap().1)
+        .collect();
+    s.wait_topic(name, "caught up", Duration::from_secs(90), |t| {
+        t.status.as_ref().is_some_and(|st| {
+            st.partitions.len() == partitions as usize
+                && st
+                    .partitions
+                    .iter()
+                    .all(|p| p.last_mirrored_offset == Some(ends[p.partition as usize] - 1))
+        })
+    })
+    .await;
+    let mirror_key = format!("{}/{}", s.ns, s.topic(name).await.unwrap().spec.mirror);
+    for p in 0..partitions {
+        let report = verify(
+            bed,
+            &bed.source_config(),
+            &mirror_key,
+            topic,
+            topic,
+            p,
+            Isolation::ReadCommitted,
+        );
+        assert!(report.is_clean(), "{topic}[{p}]: {report:?}");
+        assert!(report.offsets_identical, "{topic}[{p}]: {report:?}");
+        assert_eq!(report.trailing, 0, "{topic}[{p}]: duplicates: {report:?}");
+    }
+}
+
+#[tokio::test]
+async fn an_operator_upgrade_replaces_fetcher_pods_one_at_a_time_each_caught_up() {
+    let bed = Testbed::get();
+    ensure_state_topic(bed);
+    let s = Scenario::new(bed, "upgrade").await;
+    let topic = unique_name("upg-pp");
+    create_topic(&bed.source_config(), &topic, PARTITIONS, &[])
+        .await
+        .unwrap();
+    let pooled = spread_pair();
+    for t in &pooled {
+        create_topic(&bed.source_config(), t, POOLED_PARTITIONS, &[])
+            .await
+            .unwrap();
+    }
+    let mut op = OperatorProcess::spawn(bed, &s.ns, &[]);
+    let mut spec = Scenario::mirror_spec(bed);
+    spec["fetcher"] = json!({"partitionsPerPod": 1});
+    s.apply_mirror("pp", spec).await;
+    let mut pool = Scenario::mirror_spec(bed);
+    pool["fetcher"] = json!({"pool": {"pods": 2}});
+    s.apply_mirror("pool", pool).await;
+    s.apply_topic("t", json!({"mirror": "pp", "sourceTopic": topic}))
+        .await;
+    for (name, t) in ["a", "b"].iter().zip(&pooled) {
+        s.apply_topic(name, json!({"mirror": "pool", "sourceTopic": t}))
+            .await;
+    }
+    let pp_pods: BTreeSet<String> = (0..PARTITIONS).map(|i| format!("t-fetcher-{i}")).collect();
+    let pool_pods: BTreeSet<String> = (0..2).map(|i| format!("pool-pool-{i}")).collect();
+    for (name, n) in [("t", PARTITIONS), ("a", POOLED_PARTITIONS), ("b", POOLED_PARTITIONS)] {
+        s.wait_topic(name, "MIRRORING", Duration::from_secs(120), |t| {
+            all_partitions(t, PartitionState::Mirroring, n as usize)
+        })
+        .await;
+    }
+    let all: BTreeSet<String> = pp_pods.union(&pool_pods).cloned().collect();
+    wait_image(&s, &all, OLD_IMAGE, Duration::from_secs(60)).await;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut sources = vec![(topic.clone(), PARTITIONS)];
+    sources.extend(pooled.iter().map(|t| (t.clone(), POOLED_PARTITIONS)));
+    let producing = traffic(bed, sources, stop.clone());
+    let pp_line = Arc::new(Mutex::new(Timeline::default()));
+    let pool_line = Arc::new(Mutex::new(Timeline::default()));
+    let watches = [
+        watch(s.client.clone(), &s.ns, "pp", pp_pods.clone(), pp_line.clone()),
+        watch(s.client.clone(), &s.ns, "pool", pool_pods.clone(), pool_line.clone()),
+    ];
+    // Each partition's last mirrored offset over time, from the status (for the catch-up).
+    let progress: Arc<Mutex<Vec<(Instant, i32, PartitionState, Option<i64>)>>> =
+        Default::default();
+    let poll = {
+        let (client, ns, progress) = (s.client.clone(), s.ns.clone(), progress.clone());
+        tokio::spawn(async move {
+            let api: Api<kmirror_crds::v1alpha1::MirrorTopic> = Api::namespaced(client, &ns);
+            loop {
+                if let Ok(t) = api.get("t").await {
+                    let now = Instant::now();
+                    let mut out = progress.lock().unwrap();
+                    for p in t.status.map(|s| s.partitions).unwrap_or_default() {
+                        out.push((now, p.partition, p.state, p.last_mirrored_offset));
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    // The upgrade: the same operator, started again with another fetcher image.
+    let started = Instant::now();
+    op.terminate(Duration::from_secs(30));
+    let op = OperatorProcess::spawn(bed, &s.ns, &["--fetcher-image", NEW_IMAGE]);
+    wait_image(&s, &all, NEW_IMAGE, Duration::from_secs(240)).await;
+    let took = started.elapsed();
+    for w in &watches {
+        w.abort();
+    }
+    poll.abort();
+
+    for (mirror, line, names) in [("pp", &pp_line, &pp_pods), ("pool", &pool_line, &pool_pods)] {
+        let line = line.lock().unwrap();
+        assert!(
+            line.worst.0 <= 1,
+            "{mirror}: at one moment {} fetcher pods were down at once (missing, not Ready or \
+             being deleted): {:?}; at most 1 may be",
+            line.worst.0,
+            line.worst.1
+        );
+        let replaced: BTreeSet<&String> = line.deleted.keys().collect();
+        assert_eq!(
+            replaced,
+            names.iter().collect(),
+            "{mirror}: every old pod was replaced"
+        );
+        // One after the other: the next deletion only once the previous replacement is Ready.
+        let mut order: Vec<(&Instant, &String)> =
+            line.deleted.iter().map(|(n, t)| (t, n)).collect();
+        order.sort();
+        for pair in order.windows(2) {
+            let (prev, next) = (pair[0].1, pair[1]);
+            let ready = line.ready.get(prev);
+            assert!(
+                ready.is_some_and(|r| r <= next.0),
+                "{mirror}: {} was deleted before the replacement of {prev} was Ready",
+                next.1
+            );
+        }
+        eprintln!(
+            "{mirror}: {} pods replaced one at a time in {took:?} (the whole upgrade)",
+            order.len()
+        );
+    }
+    // Per-partition pods: the next pod goes only once the previous partition copies again —
+    // MIRRORING, its last mirrored offset beyond where it was when its pod was deleted.
+    {
+        let line = pp_line.lock().unwrap();
+        let progress = progress.lock().unwrap();
+        let mut order: Vec<(Instant, i32)> = line
+            .deleted
+            .iter()
+            .map(|(n, t)| (*t, n.rsplit('-').next().unwrap().parse().unwrap()))
+            .collect();
+        order.sort();
+        for pair in order.windows(2) {
+            let ((gone, p), (next, q)) = (pair[0], pair[1]);
+            let before = progress
+                .iter()
+                .filter(|(t, pp, _, _)| *t <= gone && *pp == p)
+                .filter_map(|(_, _, _, lmo)| *lmo)
+                .max()
+                .unwrap_or(-1);
+            let copied = progress.iter().any(|(t, pp, state, lmo)| {
+                *t > gone
+                    && *t <= next
+                    && *pp == p
+                    && *state == PartitionState::Mirroring
+                    && lmo.is_some_and(|l| l > before)
+            });
+            assert!(
+                copied,
+                "partition {q}'s pod was deleted before partition {p} copied again after its \
+                 own replacement (last mirrored offset {before} when its pod was deleted)"
+            );
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    assert!(producing.join().unwrap() > 0);
+    assert_exact(bed, &s, "t", &topic, PARTITIONS).await;
+    for (name, t) in ["a", "b"].iter().zip(&pooled) {
+        assert_exact(bed, &s, name, t, POOLED_PARTITIONS).await;
+    }
+    s.cleanup().await;
+    drop(op);
+}
