@@ -72,7 +72,9 @@ impl Timeline {
             image,
         };
         if seen.image == OLD_IMAGE && (seen.terminating || gone) {
-            self.deleted.entry(name.clone()).or_insert_with(Instant::now);
+            self.deleted
+                .entry(name.clone())
+                .or_insert_with(Instant::now);
         }
         if seen.image == NEW_IMAGE && seen.ready && !seen.terminating && !gone {
             self.ready.entry(name.clone()).or_insert_with(Instant::now);
@@ -87,11 +89,7 @@ impl Timeline {
         }
         let down: Vec<String> = names
             .iter()
-            .filter(|n| {
-                self.pods
-                    .get(*n)
-                    .is_none_or(|p| !p.ready || p.terminating)
-            })
+            .filter(|n| self.pods.get(*n).is_none_or(|p| !p.ready || p.terminating))
             .cloned()
             .collect();
         if down.len() > self.worst.0 {
@@ -181,7 +179,10 @@ async fn wait_image(s: &Scenario, names: &BTreeSet<String>, image: &str, timeout
             .iter()
             .filter(|p| p.metadata.deletion_timestamp.is_none() && is_ready(p))
             .filter(|p| {
-                p.spec.as_ref().and_then(|s| s.containers[0].image.as_deref()) == Some(image)
+                p.spec
+                    .as_ref()
+                    .and_then(|s| s.containers[0].image.as_deref())
+                    == Some(image)
             })
             .map(|p| p.name_any())
             .collect();
@@ -259,7 +260,11 @@ async fn an_operator_upgrade_replaces_fetcher_pods_one_at_a_time_each_caught_up(
     }
     let pp_pods: BTreeSet<String> = (0..PARTITIONS).map(|i| format!("t-fetcher-{i}")).collect();
     let pool_pods: BTreeSet<String> = (0..2).map(|i| format!("pool-pool-{i}")).collect();
-    for (name, n) in [("t", PARTITIONS), ("a", POOLED_PARTITIONS), ("b", POOLED_PARTITIONS)] {
+    for (name, n) in [
+        ("t", PARTITIONS),
+        ("a", POOLED_PARTITIONS),
+        ("b", POOLED_PARTITIONS),
+    ] {
         s.wait_topic(name, "MIRRORING", Duration::from_secs(120), |t| {
             all_partitions(t, PartitionState::Mirroring, n as usize)
         })
@@ -275,12 +280,23 @@ async fn an_operator_upgrade_replaces_fetcher_pods_one_at_a_time_each_caught_up(
     let pp_line = Arc::new(Mutex::new(Timeline::default()));
     let pool_line = Arc::new(Mutex::new(Timeline::default()));
     let watches = [
-        watch(s.client.clone(), &s.ns, "pp", pp_pods.clone(), pp_line.clone()),
-        watch(s.client.clone(), &s.ns, "pool", pool_pods.clone(), pool_line.clone()),
+        watch(
+            s.client.clone(),
+            &s.ns,
+            "pp",
+            pp_pods.clone(),
+            pp_line.clone(),
+        ),
+        watch(
+            s.client.clone(),
+            &s.ns,
+            "pool",
+            pool_pods.clone(),
+            pool_line.clone(),
+        ),
     ];
     // Each partition's last mirrored offset over time, from the status (for the catch-up).
-    let progress: Arc<Mutex<Vec<(Instant, i32, PartitionState, Option<i64>)>>> =
-        Default::default();
+    let progress: Arc<Mutex<Vec<(Instant, i32, PartitionState, Option<i64>)>>> = Default::default();
     let poll = {
         let (client, ns, progress) = (s.client.clone(), s.ns.clone(), progress.clone());
         tokio::spawn(async move {

@@ -29,6 +29,16 @@ pub struct Settings {
     pub max_fetcher_pods_per_mirror: usize,
     /// How often and how fast statuses are written.
     pub status_limits: crate::status_writer::StatusLimits,
+    /// How fetcher pods another operator made are replaced (`--fetcher-max-unavailable`,
+    /// `--fetcher-rollout-timeout-seconds`).
+    pub rollout: crate::rollout::Limits,
+}
+
+impl Settings {
+    /// The hash of this operator's side of fetcher pods (on every pod it makes).
+    pub fn operator_template(&self) -> String {
+        crate::rollout::operator_template(&self.fetcher_image)
+    }
 }
 
 /// When each mirror's metadata sync last ran (in this process).
@@ -115,6 +125,8 @@ pub struct Context {
     pub pool: crate::pool::demand::Demands,
     /// Topic configs the destinations do not get, per mirror and topic, for the status.
     pub config_notes: std::sync::Arc<crate::config_fit::Notes>,
+    /// Each mirror's rollout of fetcher pods another operator made.
+    pub rollout: crate::rollout::Board,
     /// The `MirrorTopic` controller's cache, once the controllers run.
     topic_store: OnceLock<Store<MirrorTopic>>,
     /// The `ClusterMirror`s as the `MirrorTopic` controller's watch saw them.
@@ -153,8 +165,25 @@ impl Context {
             error_backoff: Default::default(),
             pool: Default::default(),
             config_notes: Default::default(),
+            rollout: Default::default(),
             topic_store: OnceLock::new(),
             mirror_store: OnceLock::new(),
+        }
+    }
+
+    /// Publishes the events of a mirror's rollout on the mirror.
+    pub async fn publish_rollout(
+        &self,
+        mirror: &ClusterMirror,
+        notices: &[crate::rollout::Notice],
+    ) {
+        for n in notices {
+            let note = if n.warning {
+                Note::warning(n.reason, "Rollout", n.text.clone())
+            } else {
+                Note::normal(n.reason, "Rollout", n.text.clone())
+            };
+            self.publish(mirror, &note).await;
         }
     }
 

@@ -115,19 +115,39 @@ async fn apply(mt: Arc<MirrorTopic>, ctx: Arc<Context>) -> Result<Action> {
     }
     // Observe → plan → execute.
     let observation = observe::observe(&ctx, &scope, &mt).await?;
-    let plan = plan::plan(
-        &observation,
-        &plan::Spec {
-            topic: &mt,
-            mirror: &scope.mirror,
-            fetcher_image: &ctx.settings.fetcher_image,
-            secrets_version: &scope.secrets_version,
-            steady_requeue: plan::steady_requeue(
-                ctx.settings.status_limits.progress_interval,
-                ctx.topic_count(),
-            ),
-        },
+    let operator_template = ctx.settings.operator_template();
+    let steady = plan::steady_requeue(
+        ctx.settings.status_limits.progress_interval,
+        ctx.topic_count(),
     );
+    let plan_with = |admitted: &std::collections::BTreeSet<String>| {
+        plan::plan(
+            &observation,
+            &plan::Spec {
+                topic: &mt,
+                mirror: &scope.mirror,
+                fetcher_image: &ctx.settings.fetcher_image,
+                secrets_version: &scope.secrets_version,
+                steady_requeue: steady,
+                operator_template: &operator_template,
+                rollout_admitted: admitted,
+            },
+        )
+    };
+    let admitted = ctx.rollout.admitted(&scope.key);
+    let mut plan = plan_with(&admitted);
+    // The mirror's rollout takes in this topic's pods and partitions and may admit pods.
+    let step = ctx.rollout.step(
+        &scope.key,
+        &mt.name_any(),
+        plan.rollout.clone(),
+        ctx.settings.rollout,
+        Timestamp::now().as_millisecond(),
+    );
+    ctx.publish_rollout(&scope.mirror, &step.notes).await;
+    if step.admitted != admitted {
+        plan = plan_with(&step.admitted);
+    }
     let requeue = execute::execute(&ctx, &scope, &mt, plan).await?;
     Ok(Action::requeue(requeue))
 }

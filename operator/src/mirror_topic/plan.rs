@@ -50,6 +50,11 @@ pub struct Spec<'a> {
     /// are looked at every [`UNSETTLED_REQUEUE`]; changes of the objects, of the pods and of the
     /// mirror trigger a reconcile at once.
     pub steady_requeue: Duration,
+    /// Hash of this operator's side of fetcher pods ([`crate::rollout`]): a pod made by another
+    /// operator, outdated only for that, waits for the mirror's rollout.
+    pub operator_template: &'a str,
+    /// UIDs of the pods the mirror's rollout replaces now.
+    pub rollout_admitted: &'a BTreeSet<String>,
 }
 
 /// How soon a topic with a partition between states is looked at again.
@@ -123,6 +128,10 @@ pub struct Plan {
     pub create_pods: Vec<Pod>,
     /// With a pool: what this topic asks of it (reported to the pool, which runs the pods).
     pub pool_demand: Option<TopicDemand>,
+    /// What the mirror's rollout learns from this topic: its pods outdated only because
+    /// another operator made them (not deleted here unless the rollout admitted them), its pods
+    /// and its partitions.
+    pub rollout: crate::rollout::Report,
     /// 7. Which existing pod may hold the write lease of each partition the plan runs a
     ///    fetcher for (pods created by this plan are added once they exist).
     pub lease_holders: BTreeMap<i32, Holder>,
@@ -474,6 +483,12 @@ pub fn plan(o: &Observation, spec: &Spec<'_>) -> Plan {
         }
         .build()
     };
+    let fetcher_pod = |index: i32, parts: &[i32]| {
+        let mut pod = fetcher_pod(index, parts);
+        crate::rollout::stamp(&mut pod, spec.operator_template);
+        pod
+    };
+    let mut rollout = rollout_report(o, spec);
     let wanted: Vec<i32> = decisions
         .iter()
         .filter(|(_, d)| d.run_fetcher)
@@ -506,7 +521,23 @@ pub fn plan(o: &Observation, spec: &Spec<'_>) -> Plan {
                         secrets_version: spec.secrets_version,
                     }
                     .spec_hash();
-                    remove.contains(index) || pod.exited.is_some() || pod.hash != hash
+                    let must =
+                        remove.contains(index) || pod.exited.is_some() || pod.partitions != *parts;
+                    let outdated = pod.hash != hash;
+                    if !must && outdated && pod.operator != spec.operator_template {
+                        // Outdated only because another operator made it: the rollout's.
+                        rollout.candidates.push(crate::rollout::plan::Candidate {
+                            name: pod.name.clone(),
+                            uid: pod.uid.clone(),
+                            units: parts
+                                .iter()
+                                .map(|p| LeaseUnit::new(&mt.spec.source_topic, *p))
+                                .collect(),
+                        });
+                        spec.rollout_admitted.contains(&pod.uid)
+                    } else {
+                        must || outdated
+                    }
                 }
             };
             if stale {
@@ -557,6 +588,7 @@ pub fn plan(o: &Observation, spec: &Spec<'_>) -> Plan {
     // reconciles the topics it runs: a pooled topic waiting for it need not look every 5 s.
     let pods_settled = delete_pods.is_empty()
         && create_pods.is_empty()
+        && rollout.candidates.is_empty()
         && o.pods.values().all(|p| !p.terminating)
         && pool_demand.as_ref().is_none_or(|d| d.restart.is_empty());
     let mut report = Report::default();
@@ -601,6 +633,14 @@ pub fn plan(o: &Observation, spec: &Spec<'_>) -> Plan {
         }
     }
     report.notes.extend(lease_notes);
+    if !rollout.candidates.is_empty() {
+        requeue = requeue.min(crate::rollout::ROLLOUT_REQUEUE);
+        report.notes.push(format!(
+            "{} fetcher pod(s) made by another operator wait for the mirror's rollout (at most \
+             --fetcher-max-unavailable at a time)",
+            rollout.candidates.len()
+        ));
+    }
     if let Some(after) = lease_wait {
         requeue = requeue.min(after);
     }
@@ -628,12 +668,63 @@ pub fn plan(o: &Observation, spec: &Spec<'_>) -> Plan {
         delete_pods,
         create_pods,
         pool_demand,
+        rollout,
         lease_holders,
         status: topic_status(mt, report.clone(), &now),
         report,
         decisions,
         records,
         requeue,
+    }
+}
+
+/// What the rollout learns from a topic's observation: its per-topic pods (a pooled topic's are
+/// the pool's, reported by the pool) and its partitions' progress.
+fn rollout_report(o: &Observation, spec: &Spec<'_>) -> crate::rollout::Report {
+    use crate::rollout::plan::{PodFacts, UnitFacts};
+    let topic = &spec.topic.spec.source_topic;
+    let pods = if o.pooled {
+        BTreeMap::new()
+    } else {
+        o.pods
+            .values()
+            .map(|v| {
+                let facts = PodFacts {
+                    uid: v.uid.clone(),
+                    ready: v.ready && v.exited.is_none(),
+                    terminating: v.terminating,
+                };
+                (v.name.clone(), facts)
+            })
+            .collect()
+    };
+    let units = o
+        .partitions()
+        .into_iter()
+        .map(|p| {
+            let r = o.records.get(&p);
+            let position = r.and_then(|r| r.position.as_ref());
+            let facts = UnitFacts {
+                state: o.state_of(p),
+                writer_uid: position.and_then(|x| x.writer_uid.clone()),
+                reached: position.map(|x| x.next_source_offset.max(x.source_position.unwrap_or(0))),
+                stable_end: position.and_then(|x| x.source_last_stable_offset),
+                // The source end last seen: the fetcher's report (no request to the source
+                // per look), or a read of this reconcile.
+                source_end: o
+                    .source_ends
+                    .get(&p)
+                    .copied()
+                    .flatten()
+                    .max(position.and_then(|x| x.source_high_watermark)),
+            };
+            (LeaseUnit::new(topic, p), facts)
+        })
+        .collect();
+    crate::rollout::Report {
+        candidates: Vec::new(),
+        pods,
+        units,
     }
 }
 
