@@ -55,6 +55,8 @@ struct Timeline {
     deleted: BTreeMap<String, Instant>,
     /// When a new-image pod was first seen Ready, by name.
     ready: BTreeMap<String, Instant>,
+    /// The watch's first listing is in: pods not seen yet are missing.
+    listed: bool,
 }
 
 impl Timeline {
@@ -87,6 +89,14 @@ impl Timeline {
         } else {
             self.pods.insert(name, seen);
         }
+        self.count(names);
+    }
+
+    /// Counts the pods down now.
+    fn count(&mut self, names: &BTreeSet<String>) {
+        if !self.listed {
+            return;
+        }
         let down: Vec<String> = names
             .iter()
             .filter(|n| self.pods.get(*n).is_none_or(|p| !p.ready || p.terminating))
@@ -118,6 +128,10 @@ fn watch(
                     t.see(&p, false, &names)
                 }
                 Ok(watcher::Event::Delete(p)) => t.see(&p, true, &names),
+                Ok(watcher::Event::InitDone) => {
+                    t.listed = true;
+                    t.count(&names);
+                }
                 _ => {}
             }
         }
