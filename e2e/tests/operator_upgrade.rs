@@ -34,6 +34,9 @@ const POOLED_PARTITIONS: i32 = 2;
 const OLD_IMAGE: &str = "kmirror:test";
 const NEW_IMAGE: &str = "kmirror:upgraded";
 
+/// A partition's state and last mirrored offset in the status, and when it was read.
+type Sample = (Instant, i32, PartitionState, Option<i64>);
+
 /// One fetcher pod as the watch last saw it.
 #[derive(Debug, Clone)]
 struct Seen {
@@ -310,7 +313,7 @@ async fn an_operator_upgrade_replaces_fetcher_pods_one_at_a_time_each_caught_up(
         ),
     ];
     // Each partition's last mirrored offset over time, from the status (for the catch-up).
-    let progress: Arc<Mutex<Vec<(Instant, i32, PartitionState, Option<i64>)>>> = Default::default();
+    let progress: Arc<Mutex<Vec<Sample>>> = Default::default();
     let poll = {
         let (client, ns, progress) = (s.client.clone(), s.ns.clone(), progress.clone());
         tokio::spawn(async move {
