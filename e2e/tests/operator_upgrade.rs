@@ -2,8 +2,9 @@
 //! fetcher image (every fetcher pod's spec hash changes) while a per-partition mirror and a
 //! pooled one copy under traffic. The fetcher pods are replaced one at a time per mirror (the
 //! default `--fetcher-max-unavailable 1`), each replacement Ready and its partitions copying
-//! again before the next pod is deleted; every pod ends on the new image; every record is on the
-//! destination once, at its offset (the verifier).
+//! again before the next pod is deleted; every pod ends on the new image; the mirror's Events
+//! tell each replacement and the end; every record is on the destination once, at its offset
+//! (the verifier).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,7 +18,7 @@ use kmirror_e2e::Testbed;
 use kmirror_e2e::fetcher::{ensure_state_topic, verify};
 use kmirror_e2e::kafka::{create_topic, unique_name, watermarks};
 use kmirror_e2e::kube::is_ready;
-use kmirror_e2e::operator::{OperatorProcess, Scenario, all_partitions};
+use kmirror_e2e::operator::{OperatorProcess, Scenario, all_partitions, eventually};
 use kmirror_fetcher::config::Isolation;
 use kmirror_state::leases::LeaseUnit;
 use kmirror_state::pool::assign;
@@ -408,6 +409,22 @@ async fn an_operator_upgrade_replaces_fetcher_pods_one_at_a_time_each_caught_up(
                  own replacement (last mirrored offset {before} when its pod was deleted)"
             );
         }
+    }
+    // The mirror tells each step and the end (Events on the ClusterMirror).
+    for (mirror, n) in [("pp", PARTITIONS as usize), ("pool", 2)] {
+        eventually(
+            &format!("{mirror}: FetcherReplaced per pod, then FetcherRolloutComplete"),
+            Duration::from_secs(30),
+            async || {
+                let events = s.events(mirror).await;
+                let replaced = events
+                    .iter()
+                    .filter(|(r, _)| r == "FetcherReplaced")
+                    .count();
+                replaced == n && events.iter().any(|(r, _)| r == "FetcherRolloutComplete")
+            },
+        )
+        .await;
     }
     stop.store(true, Ordering::Relaxed);
     assert!(producing.join().unwrap() > 0);

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::core::v1::ObjectReference;
 use kmirror_crds::v1alpha1::{ClusterMirror, MirrorTopic};
 use kube::api::{Api, ListParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -183,7 +184,14 @@ impl Context {
             } else {
                 Note::normal(n.reason, "Rollout", n.text.clone())
             };
-            self.publish(mirror, &note).await;
+            let pod = n.pod.as_ref().map(|name| ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+                name: Some(name.clone()),
+                namespace: mirror.namespace(),
+                ..Default::default()
+            });
+            self.publish_about(mirror, &note, pod).await;
         }
     }
 
@@ -276,6 +284,17 @@ impl Context {
 
     /// Publishes an event about `object` (failures are logged, never fatal).
     pub async fn publish<K: Resource<DynamicType = ()>>(&self, object: &K, note: &Note) {
+        self.publish_about(object, note, None).await;
+    }
+
+    /// Publishes an event about `object` and a `related` one (events of different related
+    /// objects are counted apart).
+    pub async fn publish_about<K: Resource<DynamicType = ()>>(
+        &self,
+        object: &K,
+        note: &Note,
+        related: Option<ObjectReference>,
+    ) {
         let event = Event {
             type_: if note.warning {
                 EventType::Warning
@@ -285,7 +304,7 @@ impl Context {
             reason: note.reason.clone(),
             note: Some(crate::status::truncate(&note.text, 1000)),
             action: note.action.clone(),
-            secondary: None,
+            secondary: related,
         };
         if let Err(e) = self.recorder.publish(&event, &object.object_ref(&())).await {
             tracing::warn!(error = %e, reason = %note.reason, "could not publish an event");

@@ -106,14 +106,17 @@ pub struct Notice {
     pub reason: &'static str,
     /// What a person reads.
     pub text: String,
+    /// The pod it is about (its related object: each pod's events stay apart).
+    pub pod: Option<String>,
 }
 
 impl Notice {
-    fn normal(reason: &'static str, text: impl Into<String>) -> Notice {
+    fn normal(reason: &'static str, pod: Option<&str>, text: impl Into<String>) -> Notice {
         Notice {
             warning: false,
             reason,
             text: text.into(),
+            pod: pod.map(str::to_string),
         }
     }
 }
@@ -203,6 +206,7 @@ fn apply(board: &mut MirrorBoard, d: &Decision, limits: Limits) -> Vec<Notice> {
         tracing::info!(pod = %name, "fetcher pod replaced and caught up");
         notes.push(Notice::normal(
             "FetcherCaughtUp",
+            Some(name),
             format!("fetcher pod {name}: replaced, its partitions caught up"),
         ));
     }
@@ -219,6 +223,7 @@ fn apply(board: &mut MirrorBoard, d: &Decision, limits: Limits) -> Vec<Notice> {
             warning: true,
             reason: "FetcherRolloutStalled",
             text,
+            pod: Some(name.clone()),
         });
     }
     if !d.start.is_empty() && !board.active {
@@ -234,12 +239,13 @@ fn apply(board: &mut MirrorBoard, d: &Decision, limits: Limits) -> Vec<Notice> {
             c.name, d.queued, limits.max_unavailable
         );
         tracing::info!(pod = %c.name, queued = d.queued, "{text}");
-        notes.push(Notice::normal("FetcherReplaced", text));
+        notes.push(Notice::normal("FetcherReplaced", Some(&c.name), text));
     }
     if board.active && board.in_progress.is_empty() && d.queued == 0 && d.start.is_empty() {
         board.active = false;
         notes.push(Notice::normal(
             "FetcherRolloutComplete",
+            None,
             "every fetcher pod runs this operator's pod template",
         ));
     }
