@@ -1,8 +1,8 @@
 //! An operator upgrade on the bed: the operator is stopped and started again with another
 //! fetcher image (every fetcher pod's spec hash changes) while a per-partition mirror and a
 //! pooled one copy under traffic. The fetcher pods are replaced one at a time per mirror (the
-//! default `--fetcher-max-unavailable 1`), each replacement Ready and its partitions copying
-//! again before the next pod is deleted; every pod ends on the new image; the mirror's Events
+//! default `--fetcher-max-unavailable 1`; two at a time with 2), each replacement Ready and its
+//! partitions copying again before the next pod is deleted; every pod ends on the new image; the mirror's Events
 //! tell each replacement and the end; every record is on the destination once, at its offset
 //! (the verifier).
 
@@ -248,8 +248,86 @@ async fn assert_exact(bed: &Testbed, s: &Scenario, name: &str, topic: &str, part
     }
 }
 
-#[tokio::test]
-async fn an_operator_upgrade_replaces_fetcher_pods_one_at_a_time_each_caught_up() {
+/// Deletion times of the pods of a timeline, in order, each with its name.
+fn deletions(line: &Timeline) -> Vec<(Instant, String)> {
+    let mut order: Vec<(Instant, String)> =
+        line.deleted.iter().map(|(n, t)| (*t, n.clone())).collect();
+    order.sort();
+    order
+}
+
+/// Checks a mirror's rollout: never more than `n` pods down at once, every old pod replaced, and
+/// at each deletion fewer than `n` earlier replacements not yet Ready. Returns the most down.
+fn assert_rolled(mirror: &str, line: &Timeline, names: &BTreeSet<String>, n: usize) -> usize {
+    assert!(
+        line.worst.0 <= n,
+        "{mirror}: at one moment {} fetcher pods were down at once (missing, not Ready or being \
+         deleted): {:?}; at most {n} may be",
+        line.worst.0,
+        line.worst.1
+    );
+    let replaced: BTreeSet<&String> = line.deleted.keys().collect();
+    assert_eq!(
+        replaced,
+        names.iter().collect(),
+        "{mirror}: every old pod was replaced"
+    );
+    let order = deletions(line);
+    for (i, (at, name)) in order.iter().enumerate() {
+        let unready: Vec<&String> = order[..i]
+            .iter()
+            .filter(|(_, prev)| line.ready.get(prev).is_none_or(|r| r > at))
+            .map(|(_, prev)| prev)
+            .collect();
+        assert!(
+            unready.len() < n,
+            "{mirror}: {name} was deleted while the replacements of {unready:?} were not Ready"
+        );
+    }
+    line.worst.0
+}
+
+/// Per-partition pods: at each deletion, fewer than `n` earlier replaced partitions are not
+/// copying again yet — MIRRORING, the last mirrored offset beyond where it was when their pod
+/// was deleted.
+fn assert_caught_up(line: &Timeline, progress: &[Sample], n: usize) {
+    let order: Vec<(Instant, i32)> = deletions(line)
+        .into_iter()
+        .map(|(t, name)| (t, name.rsplit('-').next().unwrap().parse().unwrap()))
+        .collect();
+    for (i, (next, q)) in order.iter().enumerate() {
+        let behind: Vec<(i32, i64)> = order[..i]
+            .iter()
+            .filter_map(|(gone, p)| {
+                let before = progress
+                    .iter()
+                    .filter(|(t, pp, _, _)| t <= gone && pp == p)
+                    .filter_map(|(_, _, _, lmo)| *lmo)
+                    .max()
+                    .unwrap_or(-1);
+                let copied = progress.iter().any(|(t, pp, state, lmo)| {
+                    t > gone
+                        && t <= next
+                        && pp == p
+                        && *state == PartitionState::Mirroring
+                        && lmo.is_some_and(|l| l > before)
+                });
+                (!copied).then_some((*p, before))
+            })
+            .collect();
+        assert!(
+            behind.len() < n,
+            "partition {q}'s pod was deleted while partitions {behind:?} (partition, last \
+             mirrored offset when its pod was deleted) did not copy again after their own \
+             replacement"
+        );
+    }
+}
+
+/// A per-partition mirror (`pp`, one pod per partition) and, `with_pool`, a pooled one (`pool`,
+/// two pool pods) copy under traffic; the operator is started again with another fetcher image
+/// and `--fetcher-max-unavailable n`; the pods are watched until all run the new image.
+async fn upgrade(n: usize, with_pool: bool) {
     let bed = Testbed::get();
     ensure_state_topic(bed);
     let s = Scenario::new(bed, "upgrade").await;
@@ -257,7 +335,11 @@ async fn an_operator_upgrade_replaces_fetcher_pods_one_at_a_time_each_caught_up(
     create_topic(&bed.source_config(), &topic, PARTITIONS, &[])
         .await
         .unwrap();
-    let pooled = spread_pair();
+    let pooled: Vec<String> = if with_pool {
+        spread_pair().to_vec()
+    } else {
+        Vec::new()
+    };
     for t in &pooled {
         create_topic(&bed.source_config(), t, POOLED_PARTITIONS, &[])
             .await
@@ -267,52 +349,48 @@ async fn an_operator_upgrade_replaces_fetcher_pods_one_at_a_time_each_caught_up(
     let mut spec = Scenario::mirror_spec(bed);
     spec["fetcher"] = json!({"partitionsPerPod": 1});
     s.apply_mirror("pp", spec).await;
-    let mut pool = Scenario::mirror_spec(bed);
-    pool["fetcher"] = json!({"pool": {"pods": 2}});
-    s.apply_mirror("pool", pool).await;
     s.apply_topic("t", json!({"mirror": "pp", "sourceTopic": topic}))
         .await;
-    for (name, t) in ["a", "b"].iter().zip(&pooled) {
-        s.apply_topic(name, json!({"mirror": "pool", "sourceTopic": t}))
-            .await;
+    if with_pool {
+        let mut pool = Scenario::mirror_spec(bed);
+        pool["fetcher"] = json!({"pool": {"pods": 2}});
+        s.apply_mirror("pool", pool).await;
+        for (name, t) in ["a", "b"].iter().zip(&pooled) {
+            s.apply_topic(name, json!({"mirror": "pool", "sourceTopic": t}))
+                .await;
+        }
     }
-    let pp_pods: BTreeSet<String> = (0..PARTITIONS).map(|i| format!("t-fetcher-{i}")).collect();
-    let pool_pods: BTreeSet<String> = (0..2).map(|i| format!("pool-pool-{i}")).collect();
-    for (name, n) in [
-        ("t", PARTITIONS),
-        ("a", POOLED_PARTITIONS),
-        ("b", POOLED_PARTITIONS),
-    ] {
+    let mut mirrors: Vec<(&str, BTreeSet<String>)> = vec![(
+        "pp",
+        (0..PARTITIONS).map(|i| format!("t-fetcher-{i}")).collect(),
+    )];
+    let mut topics = vec![("t", topic.clone(), PARTITIONS)];
+    if with_pool {
+        mirrors.push(("pool", (0..2).map(|i| format!("pool-pool-{i}")).collect()));
+        for (name, t) in ["a", "b"].into_iter().zip(&pooled) {
+            topics.push((name, t.clone(), POOLED_PARTITIONS));
+        }
+    }
+    for (name, _, partitions) in &topics {
         s.wait_topic(name, "MIRRORING", Duration::from_secs(120), |t| {
-            all_partitions(t, PartitionState::Mirroring, n as usize)
+            all_partitions(t, PartitionState::Mirroring, *partitions as usize)
         })
         .await;
     }
-    let all: BTreeSet<String> = pp_pods.union(&pool_pods).cloned().collect();
+    let all: BTreeSet<String> = mirrors.iter().flat_map(|(_, p)| p.clone()).collect();
     wait_image(&s, &all, OLD_IMAGE, Duration::from_secs(60)).await;
 
     let stop = Arc::new(AtomicBool::new(false));
-    let mut sources = vec![(topic.clone(), PARTITIONS)];
-    sources.extend(pooled.iter().map(|t| (t.clone(), POOLED_PARTITIONS)));
+    let sources = topics.iter().map(|(_, t, p)| (t.clone(), *p)).collect();
     let producing = traffic(bed, sources, stop.clone());
-    let pp_line = Arc::new(Mutex::new(Timeline::default()));
-    let pool_line = Arc::new(Mutex::new(Timeline::default()));
-    let watches = [
-        watch(
-            s.client.clone(),
-            &s.ns,
-            "pp",
-            pp_pods.clone(),
-            pp_line.clone(),
-        ),
-        watch(
-            s.client.clone(),
-            &s.ns,
-            "pool",
-            pool_pods.clone(),
-            pool_line.clone(),
-        ),
-    ];
+    let lines: Vec<Arc<Mutex<Timeline>>> = mirrors.iter().map(|_| Default::default()).collect();
+    let watches: Vec<_> = mirrors
+        .iter()
+        .zip(&lines)
+        .map(|((mirror, names), line)| {
+            watch(s.client.clone(), &s.ns, mirror, names.clone(), line.clone())
+        })
+        .collect();
     // Each partition's last mirrored offset over time, from the status (for the catch-up).
     let progress: Arc<Mutex<Vec<Sample>>> = Default::default();
     let poll = {
@@ -336,7 +414,12 @@ async fn an_operator_upgrade_replaces_fetcher_pods_one_at_a_time_each_caught_up(
     // The upgrade: the same operator, started again with another fetcher image.
     let started = Instant::now();
     op.terminate(Duration::from_secs(30));
-    let op = OperatorProcess::spawn(bed, &s.ns, &["--fetcher-image", NEW_IMAGE]);
+    let limit = n.to_string();
+    let mut args = vec!["--fetcher-image", NEW_IMAGE];
+    if n != 1 {
+        args.extend(["--fetcher-max-unavailable", &limit]);
+    }
+    let op = OperatorProcess::spawn(bed, &s.ns, &args);
     wait_image(&s, &all, NEW_IMAGE, Duration::from_secs(240)).await;
     let took = started.elapsed();
     for w in &watches {
@@ -344,74 +427,20 @@ async fn an_operator_upgrade_replaces_fetcher_pods_one_at_a_time_each_caught_up(
     }
     poll.abort();
 
-    for (mirror, line, names) in [("pp", &pp_line, &pp_pods), ("pool", &pool_line, &pool_pods)] {
-        let line = line.lock().unwrap();
-        assert!(
-            line.worst.0 <= 1,
-            "{mirror}: at one moment {} fetcher pods were down at once (missing, not Ready or \
-             being deleted): {:?}; at most 1 may be",
-            line.worst.0,
-            line.worst.1
-        );
-        let replaced: BTreeSet<&String> = line.deleted.keys().collect();
-        assert_eq!(
-            replaced,
-            names.iter().collect(),
-            "{mirror}: every old pod was replaced"
-        );
-        // One after the other: the next deletion only once the previous replacement is Ready.
-        let mut order: Vec<(&Instant, &String)> =
-            line.deleted.iter().map(|(n, t)| (t, n)).collect();
-        order.sort();
-        for pair in order.windows(2) {
-            let (prev, next) = (pair[0].1, pair[1]);
-            let ready = line.ready.get(prev);
-            assert!(
-                ready.is_some_and(|r| r <= next.0),
-                "{mirror}: {} was deleted before the replacement of {prev} was Ready",
-                next.1
-            );
-        }
+    for ((mirror, names), line) in mirrors.iter().zip(&lines) {
+        let worst = assert_rolled(mirror, &line.lock().unwrap(), names, n);
         eprintln!(
-            "{mirror}: {} pods replaced one at a time in {took:?} (the whole upgrade)",
-            order.len()
+            "{mirror}: {} pods replaced, at most {worst} down at once (limit {n}), the whole \
+             upgrade in {took:?}",
+            names.len()
         );
-    }
-    // Per-partition pods: the next pod goes only once the previous partition copies again —
-    // MIRRORING, its last mirrored offset beyond where it was when its pod was deleted.
-    {
-        let line = pp_line.lock().unwrap();
-        let progress = progress.lock().unwrap();
-        let mut order: Vec<(Instant, i32)> = line
-            .deleted
-            .iter()
-            .map(|(n, t)| (*t, n.rsplit('-').next().unwrap().parse().unwrap()))
-            .collect();
-        order.sort();
-        for pair in order.windows(2) {
-            let ((gone, p), (next, q)) = (pair[0], pair[1]);
-            let before = progress
-                .iter()
-                .filter(|(t, pp, _, _)| *t <= gone && *pp == p)
-                .filter_map(|(_, _, _, lmo)| *lmo)
-                .max()
-                .unwrap_or(-1);
-            let copied = progress.iter().any(|(t, pp, state, lmo)| {
-                *t > gone
-                    && *t <= next
-                    && *pp == p
-                    && *state == PartitionState::Mirroring
-                    && lmo.is_some_and(|l| l > before)
-            });
-            assert!(
-                copied,
-                "partition {q}'s pod was deleted before partition {p} copied again after its \
-                 own replacement (last mirrored offset {before} when its pod was deleted)"
-            );
+        if n > 1 {
+            assert_eq!(worst, n, "{mirror}: {n} replacements ran at once");
         }
     }
+    assert_caught_up(&lines[0].lock().unwrap(), &progress.lock().unwrap(), n);
     // The mirror tells each step and the end (Events on the ClusterMirror).
-    for (mirror, n) in [("pp", PARTITIONS as usize), ("pool", 2)] {
+    for (mirror, names) in &mirrors {
         eventually(
             &format!("{mirror}: FetcherReplaced per pod, then FetcherRolloutComplete"),
             Duration::from_secs(30),
@@ -421,17 +450,26 @@ async fn an_operator_upgrade_replaces_fetcher_pods_one_at_a_time_each_caught_up(
                     .iter()
                     .filter(|(r, _)| r == "FetcherReplaced")
                     .count();
-                replaced == n && events.iter().any(|(r, _)| r == "FetcherRolloutComplete")
+                replaced == names.len() && events.iter().any(|(r, _)| r == "FetcherRolloutComplete")
             },
         )
         .await;
     }
     stop.store(true, Ordering::Relaxed);
     assert!(producing.join().unwrap() > 0);
-    assert_exact(bed, &s, "t", &topic, PARTITIONS).await;
-    for (name, t) in ["a", "b"].iter().zip(&pooled) {
-        assert_exact(bed, &s, name, t, POOLED_PARTITIONS).await;
+    for (name, t, partitions) in &topics {
+        assert_exact(bed, &s, name, t, *partitions).await;
     }
     s.cleanup().await;
     drop(op);
+}
+
+#[tokio::test]
+async fn an_operator_upgrade_replaces_fetcher_pods_one_at_a_time_each_caught_up() {
+    upgrade(1, true).await;
+}
+
+#[tokio::test]
+async fn with_max_unavailable_two_two_pods_roll_at_once() {
+    upgrade(2, false).await;
 }
