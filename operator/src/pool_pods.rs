@@ -227,7 +227,7 @@ async fn manage(ctx: &Context, cm: &ClusterMirror, pods: &[&Pod]) -> Result<()> 
     };
     let step = ctx.rollout.step(
         &key,
-        "",
+        crate::rollout::POOL,
         report,
         ctx.settings.rollout,
         k8s_openapi::jiff::Timestamp::now().as_millisecond(),

@@ -145,10 +145,17 @@ async fn apply(mt: Arc<MirrorTopic>, ctx: Arc<Context>) -> Result<Action> {
         Timestamp::now().as_millisecond(),
     );
     ctx.publish_rollout(&scope.mirror, &step.notes).await;
+    if step.pool_admitted {
+        ctx.pool.changed.notify_one();
+    }
     if step.admitted != admitted {
         plan = plan_with(&step.admitted);
     }
-    let requeue = execute::execute(&ctx, &scope, &mt, plan).await?;
+    let mut requeue = execute::execute(&ctx, &scope, &mt, plan).await?;
+    // A pod of this topic is being replaced: look often until it is caught up.
+    if ctx.rollout.busy(&scope.key, &mt.name_any()) {
+        requeue = requeue.min(crate::rollout::ROLLOUT_REQUEUE);
+    }
     Ok(Action::requeue(requeue))
 }
 

@@ -588,7 +588,6 @@ pub fn plan(o: &Observation, spec: &Spec<'_>) -> Plan {
     // reconciles the topics it runs: a pooled topic waiting for it need not look every 5 s.
     let pods_settled = delete_pods.is_empty()
         && create_pods.is_empty()
-        && rollout.candidates.is_empty()
         && o.pods.values().all(|p| !p.terminating)
         && pool_demand.as_ref().is_none_or(|d| d.restart.is_empty());
     let mut report = Report::default();
@@ -634,7 +633,6 @@ pub fn plan(o: &Observation, spec: &Spec<'_>) -> Plan {
     }
     report.notes.extend(lease_notes);
     if !rollout.candidates.is_empty() {
-        requeue = requeue.min(crate::rollout::ROLLOUT_REQUEUE);
         report.notes.push(format!(
             "{} fetcher pod(s) made by another operator wait for the mirror's rollout (at most \
              --fetcher-max-unavailable at a time)",

@@ -29,10 +29,13 @@ use plan::{Candidate, Decision, Input, PodFacts, Replacement, UnitFacts};
 /// fetcher pod.
 pub const ANNOTATION_OPERATOR: &str = "kmirror.io/operator-template";
 
+/// The source name of a mirror's pool in [`Board::step`].
+pub const POOL: &str = "";
+
 /// How long a report of a topic counts without being renewed (a deleted topic's goes).
 const REPORT_TTL_MS: i64 = 120_000;
 
-/// How soon a topic with pods waiting for the rollout, or in it, is looked at again.
+/// How soon a topic with a pod being replaced is looked at again (until it is caught up).
 pub const ROLLOUT_REQUEUE: Duration = Duration::from_secs(2);
 
 /// The hash of this operator's side of fetcher pods: its version and the default image.
@@ -128,16 +131,55 @@ pub struct Step {
     pub admitted: BTreeSet<String>,
     /// Events for the mirror.
     pub notes: Vec<Notice>,
+    /// A pool pod was admitted: the pool should look now.
+    pub pool_admitted: bool,
 }
 
+/// A topic to reconcile now: namespace and name.
+pub type Wake = (String, String);
+
 /// The rollouts of every mirror, in memory.
-#[derive(Default)]
-pub struct Board(Mutex<HashMap<String, MirrorBoard>>);
+pub struct Board {
+    mirrors: Mutex<HashMap<String, MirrorBoard>>,
+    /// Topics with a pod admitted by another topic's reconcile: they delete it on their next
+    /// look, which this brings forward (topics waiting for the rollout look at their usual pace).
+    wake: tokio::sync::mpsc::UnboundedSender<Wake>,
+    wakes: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<Wake>>>,
+}
+
+impl Default for Board {
+    fn default() -> Self {
+        let (wake, wakes) = tokio::sync::mpsc::unbounded_channel();
+        Board {
+            mirrors: Default::default(),
+            wake,
+            wakes: Mutex::new(Some(wakes)),
+        }
+    }
+}
 
 impl Board {
+    /// The topics to reconcile now (once: the controller that reconciles them takes it).
+    pub fn take_wakes(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<Wake>> {
+        self.wakes.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+
+    /// Whether a pod `source` reported is being replaced (its topic looks every
+    /// [`ROLLOUT_REQUEUE`] until it is caught up).
+    pub fn busy(&self, key: &str, source: &str) -> bool {
+        let map = self.mirrors.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(key).is_some_and(|b| {
+            b.reports.get(source).is_some_and(|(r, _)| {
+                b.in_progress.keys().any(|name| {
+                    r.pods.contains_key(name) || r.candidates.iter().any(|c| &c.name == name)
+                })
+            })
+        })
+    }
+
     /// UIDs of the pods of mirror `key` whose replacement has started.
     pub fn admitted(&self, key: &str) -> BTreeSet<String> {
-        let map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let map = self.mirrors.lock().unwrap_or_else(|p| p.into_inner());
         map.get(key).map_or_else(BTreeSet::new, |b| {
             b.in_progress.values().map(|r| r.old_uid.clone()).collect()
         })
@@ -146,7 +188,7 @@ impl Board {
     /// The rollout of mirror `key` for its status (none when it never rolled in this
     /// operator's life).
     pub fn summary(&self, key: &str) -> Option<Summary> {
-        let map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let map = self.mirrors.lock().unwrap_or_else(|p| p.into_inner());
         map.get(key).filter(|b| b.rolled).map(|b| Summary {
             stalled: b.stalled.clone(),
             active: b.active,
@@ -162,7 +204,7 @@ impl Board {
         limits: Limits,
         now_ms: i64,
     ) -> Step {
-        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut map = self.mirrors.lock().unwrap_or_else(|p| p.into_inner());
         let board = map.entry(key.to_string()).or_default();
         board.reports.insert(source.to_string(), (report, now_ms));
         board
@@ -171,8 +213,10 @@ impl Board {
         let mut candidates = Vec::new();
         let mut pods = BTreeMap::new();
         let mut units = BTreeMap::new();
-        for (r, _) in board.reports.values() {
+        let mut reporter: BTreeMap<String, String> = BTreeMap::new();
+        for (from, (r, _)) in &board.reports {
             candidates.extend(r.candidates.iter().cloned());
+            reporter.extend(r.candidates.iter().map(|c| (c.name.clone(), from.clone())));
             pods.extend(r.pods.iter().map(|(k, v)| (k.clone(), v.clone())));
             units.extend(r.units.iter().map(|(k, v)| (k.clone(), v.clone())));
         }
@@ -187,6 +231,17 @@ impl Board {
             now_ms,
         });
         let notes = apply(board, &decision, limits);
+        let namespace = key.split('/').next().unwrap_or_default();
+        let mut pool_admitted = false;
+        for (c, _) in &decision.start {
+            match reporter.get(&c.name).map(String::as_str) {
+                Some(POOL) => pool_admitted = true,
+                Some(topic) if topic != source => {
+                    let _ = self.wake.send((namespace.to_string(), topic.to_string()));
+                }
+                _ => {}
+            }
+        }
         Step {
             admitted: board
                 .in_progress
@@ -194,6 +249,7 @@ impl Board {
                 .map(|r| r.old_uid.clone())
                 .collect(),
             notes,
+            pool_admitted,
         }
     }
 }
@@ -331,6 +387,31 @@ mod tests {
         let reasons: Vec<&str> = s.notes.iter().map(|n| n.reason).collect();
         assert_eq!(reasons, ["FetcherCaughtUp", "FetcherRolloutComplete"]);
         assert_eq!(b.summary("ns/dr").unwrap(), Summary::default());
+    }
+
+    #[test]
+    fn a_pod_admitted_by_another_topics_look_wakes_its_topic() {
+        let limits = Limits::default();
+        // Admitted by its own topic's look: nobody to wake; that topic is busy.
+        let b = Board::default();
+        let mut wakes = b.take_wakes().unwrap();
+        b.step("ns/dr", "t2", report(&[("q-0", "o0", 0)], &[]), limits, 0);
+        assert!(wakes.try_recv().is_err());
+        assert!(b.busy("ns/dr", "t2"));
+        // Admitted by another topic's look: its topic is woken.
+        let b = Board::default();
+        let mut wakes = b.take_wakes().unwrap();
+        b.mirrors
+            .lock()
+            .unwrap()
+            .entry("ns/dr".into())
+            .or_default()
+            .reports
+            .insert("t2".into(), (report(&[("q-0", "o0", 0)], &[]), 0));
+        let s = b.step("ns/dr", "t1", Report::default(), limits, 0);
+        assert_eq!(s.admitted, BTreeSet::from(["o0".to_string()]));
+        assert_eq!(wakes.try_recv().unwrap(), ("ns".into(), "t2".into()));
+        assert!(!b.busy("ns/dr", "t1") && b.busy("ns/dr", "t2"));
     }
 
     #[test]
