@@ -13,6 +13,7 @@ pub mod observe;
 pub mod plan;
 pub mod pod_view;
 pub mod pool_view;
+pub mod rollout_view;
 pub mod status;
 
 #[cfg(test)]
