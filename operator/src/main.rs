@@ -80,7 +80,8 @@ struct Args {
     #[arg(
         long,
         env = "KMIRROR_FETCHER_ROLLOUT_TIMEOUT_SECONDS",
-        default_value_t = 600
+        default_value_t = 600,
+        value_parser = clap::value_parser!(u64).range(1..)
     )]
     fetcher_rollout_timeout_seconds: u64,
     /// Address of /metrics, /healthz and /readyz.
