@@ -11,7 +11,7 @@
 //! an operator from before rollouts and is treated as another operator's. The [`Board`] keeps,
 //! per mirror, what each topic's reconcile and the pool last reported (candidates, pods,
 //! partitions) and the replacements in progress, in memory: an operator restarted in the middle
-//! of a rollout starts its count anew.
+//! of a rollout forgets the replacement in progress (the next may start before it caught up).
 
 pub mod plan;
 
