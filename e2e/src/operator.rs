@@ -50,15 +50,15 @@ impl OperatorProcess {
         let log = std::env::temp_dir().join(format!("{}.log", unique_name("operator")));
         let file = std::fs::File::create(&log).expect("operator log");
         let http = format!("127.0.0.1:{}", free_port());
+        // A test that passes its own fetcher image (an upgrade) replaces the default one.
+        let image: &[&str] = if extra.contains(&"--fetcher-image") {
+            &[]
+        } else {
+            &["--fetcher-image", "kmirror:test"]
+        };
         let child = Command::new(operator)
-            .args([
-                "--namespace",
-                namespace,
-                "--http-addr",
-                &http,
-                "--fetcher-image",
-                "kmirror:test",
-            ])
+            .args(["--namespace", namespace, "--http-addr", &http])
+            .args(image)
             .args(extra)
             .env("KUBECONFIG", bed.var("KUBECONFIG"))
             .env("RUST_LOG", "info,kube=warn,librdkafka=warn")

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::core::v1::ObjectReference;
 use kmirror_crds::v1alpha1::{ClusterMirror, MirrorTopic};
 use kube::api::{Api, ListParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -31,6 +32,16 @@ pub struct Settings {
     pub status_limits: crate::status_writer::StatusLimits,
     /// Most partitions a `MirrorTopic`'s status lists (the worst ones; counts cover all).
     pub status_max_partitions: usize,
+    /// How fetcher pods another operator made are replaced (`--fetcher-max-unavailable`,
+    /// `--fetcher-rollout-timeout-seconds`).
+    pub rollout: crate::rollout::Limits,
+}
+
+impl Settings {
+    /// The hash of this operator's side of fetcher pods (on every pod it makes).
+    pub fn operator_template(&self) -> String {
+        crate::rollout::operator_template(&self.fetcher_image)
+    }
 }
 
 /// When each mirror's metadata sync last ran (in this process).
@@ -117,6 +128,8 @@ pub struct Context {
     pub pool: crate::pool::demand::Demands,
     /// Topic configs the destinations do not get, per mirror and topic, for the status.
     pub config_notes: std::sync::Arc<crate::config_fit::Notes>,
+    /// Each mirror's rollout of fetcher pods another operator made.
+    pub rollout: crate::rollout::Board,
     /// The `MirrorTopic` controller's cache, once the controllers run.
     topic_store: OnceLock<Store<MirrorTopic>>,
     /// The `ClusterMirror`s as the `MirrorTopic` controller's watch saw them.
@@ -155,8 +168,32 @@ impl Context {
             error_backoff: Default::default(),
             pool: Default::default(),
             config_notes: Default::default(),
+            rollout: Default::default(),
             topic_store: OnceLock::new(),
             mirror_store: OnceLock::new(),
+        }
+    }
+
+    /// Publishes the events of a mirror's rollout on the mirror.
+    pub async fn publish_rollout(
+        &self,
+        mirror: &ClusterMirror,
+        notices: &[crate::rollout::Notice],
+    ) {
+        for n in notices {
+            let note = if n.warning {
+                Note::warning(n.reason, "Rollout", n.text.clone())
+            } else {
+                Note::normal(n.reason, "Rollout", n.text.clone())
+            };
+            let pod = n.pod.as_ref().map(|name| ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+                name: Some(name.clone()),
+                namespace: mirror.namespace(),
+                ..Default::default()
+            });
+            self.publish_about(mirror, &note, pod).await;
         }
     }
 
@@ -249,6 +286,17 @@ impl Context {
 
     /// Publishes an event about `object` (failures are logged, never fatal).
     pub async fn publish<K: Resource<DynamicType = ()>>(&self, object: &K, note: &Note) {
+        self.publish_about(object, note, None).await;
+    }
+
+    /// Publishes an event about `object` and a `related` one (events of different related
+    /// objects are counted apart).
+    pub async fn publish_about<K: Resource<DynamicType = ()>>(
+        &self,
+        object: &K,
+        note: &Note,
+        related: Option<ObjectReference>,
+    ) {
         let event = Event {
             type_: if note.warning {
                 EventType::Warning
@@ -258,7 +306,7 @@ impl Context {
             reason: note.reason.clone(),
             note: Some(crate::status::truncate(&note.text, 1000)),
             action: note.action.clone(),
-            secondary: None,
+            secondary: related,
         };
         if let Err(e) = self.recorder.publish(&event, &object.object_ref(&())).await {
             tracing::warn!(error = %e, reason = %note.reason, "could not publish an event");

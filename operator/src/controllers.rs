@@ -204,6 +204,7 @@ pub async fn run(
             },
         )
         .reconcile_on(ended)
+        .reconcile_on(rollout_wakes(&ctx))
         .watches_stream(mirror_changes, move |cm| {
             topic_store
                 .state()
@@ -223,6 +224,18 @@ pub async fn run(
     let pools = crate::pool_pods::run(ctx.clone(), namespace.clone(), stop_rx);
 
     futures::join!(mirrors, topics, pools);
+}
+
+/// The `MirrorTopic`s with a pod the mirror's rollout admitted during another topic's reconcile.
+fn rollout_wakes(
+    ctx: &Context,
+) -> impl futures::Stream<Item = ObjectRef<MirrorTopic>> + Send + 'static {
+    let rx = ctx.rollout.take_wakes();
+    futures::stream::unfold(rx, |rx| async move {
+        let mut rx = rx?;
+        let (ns, name) = rx.recv().await?;
+        Some((ObjectRef::new(&name).within(&ns), Some(rx)))
+    })
 }
 
 /// The `MirrorTopic`s whose fetcher recorded a final position, as the state caches read them:

@@ -34,6 +34,7 @@ pub mod pool;
 pub mod pool_pods;
 pub mod rate_limit;
 pub mod reconcile;
+pub mod rollout;
 pub mod scope;
 pub mod source_gone;
 pub mod state_cache;

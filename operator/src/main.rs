@@ -64,6 +64,26 @@ struct Args {
         default_value_t = 1000
     )]
     max_fetcher_pods_per_mirror: usize,
+    /// Most fetcher pods of one ClusterMirror replaced at a time when they are outdated only
+    /// because another operator (version, default image) made them — after an upgrade; each
+    /// replacement's partitions catch up before the next starts. Pods that must go for
+    /// correctness are replaced at once.
+    #[arg(
+        long,
+        env = "KMIRROR_FETCHER_MAX_UNAVAILABLE",
+        default_value_t = 1,
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    fetcher_max_unavailable: u64,
+    /// Seconds a replaced fetcher pod may take to catch up before the rollout reports it
+    /// (Warning Event and condition FetcherRolloutStalled) and goes on with the next.
+    #[arg(
+        long,
+        env = "KMIRROR_FETCHER_ROLLOUT_TIMEOUT_SECONDS",
+        default_value_t = 600,
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    fetcher_rollout_timeout_seconds: u64,
     /// Address of /metrics, /healthz and /readyz.
     #[arg(long, env = "KMIRROR_HTTP_ADDR", default_value = "0.0.0.0:8080")]
     http_addr: SocketAddr,
@@ -161,6 +181,10 @@ async fn main() -> anyhow::Result<()> {
                 &args.allowed_fetcher_toleration_keys,
             ),
             max_fetcher_pods_per_mirror: args.max_fetcher_pods_per_mirror,
+            rollout: kmirror_operator::rollout::Limits {
+                max_unavailable: args.fetcher_max_unavailable as usize,
+                timeout: Duration::from_secs(args.fetcher_rollout_timeout_seconds),
+            },
             status_limits: StatusLimits {
                 interval: Duration::from_millis(args.status_interval_ms),
                 progress_interval: Duration::from_millis(args.status_progress_interval_ms),

@@ -120,6 +120,7 @@ fn existing(pod: &Pod) -> Option<Existing> {
         units: pod::units_of(pod),
         terminating: view.terminating,
         exited: view.exited.is_some(),
+        operator: view.operator,
     })
 }
 
@@ -192,17 +193,52 @@ async fn manage(ctx: &Context, cm: &ClusterMirror, pods: &[&Pod]) -> Result<()> 
     }
     let existing: Vec<Existing> = pods.iter().filter_map(|p| existing(p)).collect();
     let held = held_elsewhere(ctx, cm).await?;
-    let plan = plan::plan(&plan::Input {
-        mirror: cm,
-        pods: pool_size,
-        demand: &demand,
-        existing: &existing,
-        held_elsewhere: &held,
-        default_image: &ctx.settings.fetcher_image,
-    });
+    let operator_template = ctx.settings.operator_template();
+    let plan_with = |admitted: &BTreeSet<String>| {
+        plan::plan(&plan::Input {
+            mirror: cm,
+            pods: pool_size,
+            demand: &demand,
+            existing: &existing,
+            held_elsewhere: &held,
+            default_image: &ctx.settings.fetcher_image,
+            operator_template: &operator_template,
+            rollout_admitted: admitted,
+        })
+    };
+    let admitted = ctx.rollout.admitted(&key);
+    let mut plan = plan_with(&admitted);
+    // The mirror's rollout takes in the pool's pods and may admit some of them.
+    let report = crate::rollout::Report {
+        candidates: plan.rollout.clone(),
+        pods: pods
+            .iter()
+            .map(|p| {
+                let v = PodView::of(p);
+                let facts = crate::rollout::plan::PodFacts {
+                    uid: v.uid,
+                    ready: v.ready && v.exited.is_none(),
+                    terminating: v.terminating,
+                };
+                (v.name, facts)
+            })
+            .collect(),
+        units: Default::default(),
+    };
+    let step = ctx.rollout.step(
+        &key,
+        crate::rollout::POOL,
+        report,
+        ctx.settings.rollout,
+        k8s_openapi::jiff::Timestamp::now().as_millisecond(),
+    );
+    ctx.publish_rollout(cm, &step.notes).await;
+    if step.admitted != admitted {
+        plan = plan_with(&step.admitted);
+    }
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     for (name, uid) in &plan.delete {
-        tracing::info!(mirror = %key, pod = %name, "replacing pool pod: its assignment changed");
+        tracing::info!(mirror = %key, pod = %name, "replacing pool pod");
         delete(&api, name, uid).await?;
     }
     for pod in &plan.create {

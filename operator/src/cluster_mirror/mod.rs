@@ -182,7 +182,9 @@ async fn apply(cm: Arc<ClusterMirror>, ctx: Arc<Context>) -> Result<Action> {
     }
 
     let topics = mirror_topics(&ctx, &cm).await?;
+    let rollout = ctx.rollout.summary(&crate::scope::key_of(&cm));
     let facts = Facts {
+        rollout: rollout.as_ref(),
         source: &source.reach,
         destination: &destination.reach,
         sync: sync_run.as_ref(),

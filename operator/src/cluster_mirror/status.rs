@@ -43,6 +43,8 @@ pub struct Facts<'a> {
     pub sync: Option<&'a SyncRun>,
     /// The mirror's `MirrorTopic`s.
     pub topics: &'a [MirrorTopic],
+    /// Its fetcher pod rollout, as far as this operator knows it.
+    pub rollout: Option<&'a crate::rollout::Summary>,
 }
 
 /// The status of a mirror whose spec is invalid.
@@ -177,6 +179,46 @@ pub fn insecure_settings(cm: &ClusterMirror) -> Vec<String> {
     .collect()
 }
 
+/// `FetcherRolloutStalled`: True, naming the pod and why, once a replacement of the rollout was
+/// not caught up in time, until the next rollout starts; False once a rollout runs or ended
+/// without one. Absent on mirrors that never rolled in this operator's life.
+fn rollout_condition(
+    status: &mut ClusterMirrorStatus,
+    rollout: Option<&crate::rollout::Summary>,
+    generation: Option<i64>,
+    now: &Time,
+) {
+    const TYPE: &str = "FetcherRolloutStalled";
+    match rollout {
+        Some(crate::rollout::Summary {
+            stalled: Some(message),
+            ..
+        }) => set_condition(
+            &mut status.conditions,
+            TYPE,
+            true,
+            "ReplacementNotCaughtUp",
+            message.clone(),
+            generation,
+            now,
+        ),
+        Some(s) => set_condition(
+            &mut status.conditions,
+            TYPE,
+            false,
+            if s.active { "RollingOut" } else { "RolledOut" },
+            if s.active {
+                "fetcher pods are being replaced, each caught up before the next"
+            } else {
+                "every replacement caught up in time"
+            },
+            generation,
+            now,
+        ),
+        None => {}
+    }
+}
+
 /// The status of `cm` and the events to publish.
 pub fn status(
     cm: &ClusterMirror,
@@ -307,6 +349,7 @@ pub fn status(
         .iter()
         .filter_map(|t| t.status.as_ref().and_then(|s| s.max_lag))
         .max();
+    rollout_condition(&mut status, facts.rollout, generation, now);
     let health = mirror_health(facts, &status.partitions);
     set_health(&mut status.conditions, &health, generation, now);
     (status, notes)
@@ -374,6 +417,7 @@ mod tests {
             destination: &up,
             sync: None,
             topics: &[],
+            rollout: None,
         };
         let mut cm = mirror();
         let (secure, notes) = status(&cm, &facts, &now);
@@ -424,6 +468,7 @@ mod tests {
             destination: &down,
             sync: None,
             topics: &topics,
+            rollout: None,
         };
         let mut cm = mirror();
         let (status, notes) = status(&cm, &facts, &now);
@@ -466,6 +511,7 @@ mod tests {
             destination: &up,
             sync: Some(&run),
             topics: &topics,
+            rollout: None,
         };
         let (status, notes) = status(&mirror(), &facts, &now);
         let synced = status
@@ -625,6 +671,7 @@ mod tests {
                 destination: &up,
                 sync: None,
                 topics: &topics,
+                rollout: None,
             };
             let counts = topics.iter().fold(PartitionCounts::default(), |acc, t| {
                 let states = t
@@ -648,5 +695,55 @@ mod tests {
             &Time(Timestamp::from_second(1).unwrap()),
         );
         assert_eq!(condition(&invalid, "Stalled"), ("True", "InvalidSpec"));
+    }
+
+    #[test]
+    fn a_stalled_rollout_is_a_condition_naming_the_pod_until_the_next_rollout() {
+        let cm = mirror();
+        let (ok, now) = (
+            reach(true),
+            Time(Timestamp::from_second(1_700_000_000).unwrap()),
+        );
+        let with = |rollout: Option<&crate::rollout::Summary>| {
+            let facts = Facts {
+                source: &ok,
+                destination: &ok,
+                sync: None,
+                topics: &[],
+                rollout,
+            };
+            status(&cm, &facts, &now).0
+        };
+        let none = with(None);
+        assert!(
+            none.conditions
+                .iter()
+                .all(|c| c.type_ != "FetcherRolloutStalled"),
+            "no rollout, no condition"
+        );
+        let stalled = crate::rollout::Summary {
+            stalled: Some("fetcher pod t-fetcher-2: not caught up after 600s: x".into()),
+            active: true,
+        };
+        let s = with(Some(&stalled));
+        let (status_, reason, message) = {
+            let c = s
+                .conditions
+                .iter()
+                .find(|c| c.type_ == "FetcherRolloutStalled")
+                .unwrap();
+            (c.status.clone(), c.reason.clone(), c.message.clone())
+        };
+        assert_eq!(
+            (status_.as_str(), reason.as_str()),
+            ("True", "ReplacementNotCaughtUp")
+        );
+        assert!(message.contains("t-fetcher-2"), "{message}");
+        let fine = crate::rollout::Summary::default();
+        let s = with(Some(&fine));
+        assert_eq!(
+            condition(&s, "FetcherRolloutStalled"),
+            ("False", "RolledOut")
+        );
     }
 }

@@ -14,6 +14,7 @@ pub mod observe;
 pub mod plan;
 pub mod pod_view;
 pub mod pool_view;
+pub mod rollout_view;
 pub mod status;
 
 #[cfg(test)]
@@ -117,20 +118,47 @@ async fn apply(mt: Arc<MirrorTopic>, ctx: Arc<Context>) -> Result<Action> {
     }
     // Observe → plan → execute.
     let observation = observe::observe(&ctx, &scope, &mt).await?;
-    let plan = plan::plan(
-        &observation,
-        &plan::Spec {
-            topic: &mt,
-            mirror: &scope.mirror,
-            fetcher_image: &ctx.settings.fetcher_image,
-            secrets_version: &scope.secrets_version,
-            steady_requeue: plan::steady_requeue(
-                ctx.settings.status_limits.progress_interval,
-                ctx.topic_count(),
-            ),
-        },
+    let operator_template = ctx.settings.operator_template();
+    let steady = plan::steady_requeue(
+        ctx.settings.status_limits.progress_interval,
+        ctx.topic_count(),
     );
-    let requeue = execute::execute(&ctx, &scope, &mt, plan).await?;
+    let plan_with = |admitted: &std::collections::BTreeSet<String>| {
+        plan::plan(
+            &observation,
+            &plan::Spec {
+                topic: &mt,
+                mirror: &scope.mirror,
+                fetcher_image: &ctx.settings.fetcher_image,
+                secrets_version: &scope.secrets_version,
+                steady_requeue: steady,
+                operator_template: &operator_template,
+                rollout_admitted: admitted,
+            },
+        )
+    };
+    let admitted = ctx.rollout.admitted(&scope.key);
+    let mut plan = plan_with(&admitted);
+    // The mirror's rollout takes in this topic's pods and partitions and may admit pods.
+    let step = ctx.rollout.step(
+        &scope.key,
+        &mt.name_any(),
+        plan.rollout.clone(),
+        ctx.settings.rollout,
+        Timestamp::now().as_millisecond(),
+    );
+    ctx.publish_rollout(&scope.mirror, &step.notes).await;
+    if step.pool_admitted {
+        ctx.pool.changed.notify_one();
+    }
+    if step.admitted != admitted {
+        plan = plan_with(&step.admitted);
+    }
+    let mut requeue = execute::execute(&ctx, &scope, &mt, plan).await?;
+    // A pod of this topic is being replaced: look often until it is caught up.
+    if ctx.rollout.busy(&scope.key, &mt.name_any()) {
+        requeue = requeue.min(crate::rollout::ROLLOUT_REQUEUE);
+    }
     Ok(Action::requeue(requeue))
 }
 

@@ -50,6 +50,11 @@ pub struct Spec<'a> {
     /// are looked at every [`UNSETTLED_REQUEUE`]; changes of the objects, of the pods and of the
     /// mirror trigger a reconcile at once.
     pub steady_requeue: Duration,
+    /// Hash of this operator's side of fetcher pods ([`crate::rollout`]): a pod made by another
+    /// operator, outdated only for that, waits for the mirror's rollout.
+    pub operator_template: &'a str,
+    /// UIDs of the pods the mirror's rollout replaces now.
+    pub rollout_admitted: &'a BTreeSet<String>,
 }
 
 /// How soon a topic with a partition between states is looked at again.
@@ -123,6 +128,10 @@ pub struct Plan {
     pub create_pods: Vec<Pod>,
     /// With a pool: what this topic asks of it (reported to the pool, which runs the pods).
     pub pool_demand: Option<TopicDemand>,
+    /// What the mirror's rollout learns from this topic: its pods outdated only because
+    /// another operator made them (not deleted here unless the rollout admitted them), its pods
+    /// and its partitions.
+    pub rollout: crate::rollout::Report,
     /// 7. Which existing pod may hold the write lease of each partition the plan runs a
     ///    fetcher for (pods created by this plan are added once they exist).
     pub lease_holders: BTreeMap<i32, Holder>,
@@ -474,6 +483,12 @@ pub fn plan(o: &Observation, spec: &Spec<'_>) -> Plan {
         }
         .build()
     };
+    let fetcher_pod = |index: i32, parts: &[i32]| {
+        let mut pod = fetcher_pod(index, parts);
+        crate::rollout::stamp(&mut pod, spec.operator_template);
+        pod
+    };
+    let mut rollout = super::rollout_view::report(o, &mt.spec.source_topic);
     let wanted: Vec<i32> = decisions
         .iter()
         .filter(|(_, d)| d.run_fetcher)
@@ -506,7 +521,23 @@ pub fn plan(o: &Observation, spec: &Spec<'_>) -> Plan {
                         secrets_version: spec.secrets_version,
                     }
                     .spec_hash();
-                    remove.contains(index) || pod.exited.is_some() || pod.hash != hash
+                    let must =
+                        remove.contains(index) || pod.exited.is_some() || pod.partitions != *parts;
+                    let outdated = pod.hash != hash;
+                    if !must && outdated && pod.operator != spec.operator_template {
+                        // Outdated only because another operator made it: the rollout's.
+                        rollout.candidates.push(crate::rollout::plan::Candidate {
+                            name: pod.name.clone(),
+                            uid: pod.uid.clone(),
+                            units: parts
+                                .iter()
+                                .map(|p| LeaseUnit::new(&mt.spec.source_topic, *p))
+                                .collect(),
+                        });
+                        spec.rollout_admitted.contains(&pod.uid)
+                    } else {
+                        must || outdated
+                    }
                 }
             };
             if stale {
@@ -601,6 +632,13 @@ pub fn plan(o: &Observation, spec: &Spec<'_>) -> Plan {
         }
     }
     report.notes.extend(lease_notes);
+    if !rollout.candidates.is_empty() {
+        report.notes.push(format!(
+            "{} fetcher pod(s) made by another operator wait for the mirror's rollout (at most \
+             --fetcher-max-unavailable at a time)",
+            rollout.candidates.len()
+        ));
+    }
     if let Some(after) = lease_wait {
         requeue = requeue.min(after);
     }
@@ -628,6 +666,7 @@ pub fn plan(o: &Observation, spec: &Spec<'_>) -> Plan {
         delete_pods,
         create_pods,
         pool_demand,
+        rollout,
         lease_holders,
         status: topic_status(mt, report.clone(), &now),
         report,

@@ -32,6 +32,8 @@ const IMAGE: &str = "kmirror:test";
 const SECRETS: &str = "s1/d1";
 /// How soon a steadily mirroring topic is looked at again (the progress interval).
 const STEADY: Duration = Duration::from_secs(10);
+/// No pod admitted by a rollout (the plans' own tests make pods of this operator).
+static NONE_ADMITTED: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
 
 // ------------------------------------------------------------------------------------------
 // Building a situation.
@@ -243,6 +245,8 @@ fn observation(g: &Given, mt: &MirrorTopic, cm: &ClusterMirror) -> Observation {
         fetcher_image: IMAGE,
         secrets_version: SECRETS,
         steady_requeue: STEADY,
+        operator_template: "",
+        rollout_admitted: &NONE_ADMITTED,
     };
     let pods = g
         .pods
@@ -262,6 +266,7 @@ fn observation(g: &Given, mt: &MirrorTopic, cm: &ClusterMirror) -> Observation {
                 uid: format!("uid-{}", p.index),
                 partitions: p.partitions.clone(),
                 hash: if p.current { hash } else { "old".into() },
+                operator: String::new(),
                 terminating: p.terminating,
                 ready: p.exited.is_none(),
                 exited: p.exited.map(|c| (Some(c), None)),
@@ -391,6 +396,8 @@ fn run(case: &Case) -> Result<(), String> {
             fetcher_image: IMAGE,
             secrets_version: SECRETS,
             steady_requeue: STEADY,
+            operator_template: "",
+            rollout_admitted: &NONE_ADMITTED,
         },
     );
     let w = &case.want;
@@ -1545,6 +1552,8 @@ fn recording_divergence_keeps_the_state_and_its_epoch() {
             fetcher_image: IMAGE,
             secrets_version: SECRETS,
             steady_requeue: STEADY,
+            operator_template: "",
+            rollout_admitted: &NONE_ADMITTED,
         },
     );
     let Step::RecordDivergence(d) = &plan.failback.steps[1] else {
@@ -1564,6 +1573,8 @@ fn plans_are_pure() {
             fetcher_image: IMAGE,
             secrets_version: SECRETS,
             steady_requeue: STEADY,
+            operator_template: "",
+            rollout_admitted: &NONE_ADMITTED,
         };
         let (a, b) = (plan(&o, &spec), plan(&o, &spec));
         assert_eq!(
@@ -1598,6 +1609,8 @@ fn the_status_shows_the_source_topic_id() {
             fetcher_image: IMAGE,
             secrets_version: SECRETS,
             steady_requeue: STEADY,
+            operator_template: "",
+            rollout_admitted: &NONE_ADMITTED,
         };
         let status = plan(&o, &spec).status;
         assert_eq!(status.source_topic_id.as_deref(), expect, "{name}");
@@ -1648,6 +1661,8 @@ fn a_pooled_topic_asks_its_pool_and_runs_no_pods_of_its_own() {
         fetcher_image: IMAGE,
         secrets_version: SECRETS,
         steady_requeue: STEADY,
+        operator_template: "",
+        rollout_admitted: &NONE_ADMITTED,
     };
     let plan = plan(&o, &spec);
     assert!(plan.create_pods.is_empty(), "the pool creates pool pods");
@@ -1683,4 +1698,85 @@ fn a_pooled_topic_asks_its_pool_and_runs_no_pods_of_its_own() {
             .is_some_and(|p| p.starts_with("dr-pool-")),
         "an unplaced partition shows the pool pod it will run on: {shown:?}"
     );
+}
+
+/// Pods another operator made, outdated only for that, wait for the mirror's rollout: reported,
+/// deleted only once admitted; a missing pod is created at once and a pod that must go for
+/// correctness (a change of the mirror with the same operator, other partitions) goes at once.
+#[test]
+fn pods_of_another_operator_wait_for_the_rollout_others_do_not() {
+    let given = Given {
+        source: Src::Present(4),
+        parts: (0..4).map(|p| part(p, Mirroring)).collect(),
+        // Pod 2 was deleted by someone; pod 3 runs another partition than it should.
+        pods: vec![
+            pod(0, &[0]).stale(),
+            pod(1, &[1]).stale(),
+            pod(3, &[2]).stale(),
+        ],
+        ..Given::default()
+    };
+    let (mt, cm) = objects(&given);
+    let mut o = observation(&given, &mt, &cm);
+    for v in o.pods.values_mut() {
+        v.operator = "older".into();
+    }
+    let plan_with = |o: &Observation, admitted: &std::collections::BTreeSet<String>| {
+        plan(
+            o,
+            &Spec {
+                topic: &mt,
+                mirror: &cm,
+                fetcher_image: IMAGE,
+                secrets_version: SECRETS,
+                steady_requeue: STEADY,
+                operator_template: "this",
+                rollout_admitted: admitted,
+            },
+        )
+    };
+    let none = std::collections::BTreeSet::new();
+    let p = plan_with(&o, &none);
+    let candidates: Vec<&str> = p
+        .rollout
+        .candidates
+        .iter()
+        .map(|c| c.name.as_str())
+        .collect();
+    assert_eq!(candidates, ["orders-fetcher-0", "orders-fetcher-1"]);
+    assert_eq!(
+        p.delete_pods,
+        ["orders-fetcher-3"],
+        "other partitions: at once"
+    );
+    let created: Vec<String> = p.create_pods.iter().map(|p| p.name_any()).collect();
+    assert_eq!(
+        created,
+        ["orders-fetcher-2"],
+        "a missing pod is created at once"
+    );
+    assert_eq!(
+        p.create_pods[0].annotations()[crate::rollout::ANNOTATION_OPERATOR],
+        "this"
+    );
+    assert_eq!(
+        p.lease_holders.keys().copied().collect::<Vec<_>>(),
+        [0, 1],
+        "waiting pods keep their leases"
+    );
+    assert_eq!(p.rollout.units.len(), 4, "every partition's progress");
+    // Admitted: deleted, its lease no longer held.
+    let admitted = std::collections::BTreeSet::from(["uid-0".to_string()]);
+    let p = plan_with(&o, &admitted);
+    assert_eq!(p.delete_pods, ["orders-fetcher-0", "orders-fetcher-3"]);
+    assert!(!p.lease_holders.contains_key(&0));
+    // Made by this operator: outdated means the mirror (or its Secrets) changed: at once.
+    o.pods.get_mut(&1).unwrap().operator = "this".into();
+    let p = plan_with(&o, &none);
+    assert_eq!(p.delete_pods, ["orders-fetcher-1", "orders-fetcher-3"]);
+    // Exited: at once, whoever made it.
+    o.pods.get_mut(&0).unwrap().exited = Some((Some(1), None));
+    let p = plan_with(&o, &none);
+    assert!(p.delete_pods.contains(&"orders-fetcher-0".to_string()));
+    assert!(p.rollout.candidates.is_empty());
 }

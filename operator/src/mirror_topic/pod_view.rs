@@ -22,6 +22,8 @@ pub struct PodView {
     pub partitions: Vec<i32>,
     /// Hash of what it runs (annotation).
     pub hash: String,
+    /// Hash of the operator that made it (annotation; empty: one from before rollouts).
+    pub operator: String,
     /// Being deleted.
     pub terminating: bool,
     /// Its container is ready.
@@ -60,6 +62,10 @@ impl PodView {
             partitions,
             hash: annotations
                 .get(ANNOTATION_SPEC_HASH)
+                .cloned()
+                .unwrap_or_default(),
+            operator: annotations
+                .get(crate::rollout::ANNOTATION_OPERATOR)
                 .cloned()
                 .unwrap_or_default(),
             terminating: pod.metadata.deletion_timestamp.is_some(),

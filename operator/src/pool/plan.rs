@@ -17,6 +17,7 @@ use kmirror_state::pool::assign;
 
 use super::demand::MirrorDemand;
 use super::pod::{PoolPod, Units};
+use crate::rollout::plan::Candidate;
 
 /// A pool pod as the pool sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -35,6 +36,8 @@ pub struct Existing {
     pub terminating: bool,
     /// Its process ended.
     pub exited: bool,
+    /// Hash of the operator that made it (empty: one from before rollouts).
+    pub operator: String,
 }
 
 /// What the plan is made from.
@@ -51,6 +54,10 @@ pub struct Input<'a> {
     pub held_elsewhere: &'a BTreeSet<LeaseUnit>,
     /// Image when the mirror sets none.
     pub default_image: &'a str,
+    /// Hash of this operator's side of fetcher pods ([`crate::rollout`]).
+    pub operator_template: &'a str,
+    /// UIDs of the pods the mirror's rollout replaces now.
+    pub rollout_admitted: &'a BTreeSet<String>,
 }
 
 /// What to do.
@@ -64,6 +71,9 @@ pub struct Plan {
     pub assignment: BTreeMap<u32, Units>,
     /// Pods that wait, and for what.
     pub waiting: Vec<String>,
+    /// Pods outdated only because another operator made them: the rollout's to replace (they
+    /// are in `delete` only once it admitted them).
+    pub rollout: Vec<Candidate>,
 }
 
 /// The units of every topic that wants a fetcher, by pool index.
@@ -121,12 +131,31 @@ pub fn plan(input: &Input<'_>) -> Plan {
         let stale = match assignment.get(&pod.index) {
             None => true,
             Some(units) => {
-                pod.exited
-                    || pod.hash != build(input, pod.index, units).hash()
+                let must = pod.exited
                     || pod.units.iter().any(|(topic, ps)| {
                         ps.iter()
                             .any(|p| restart.contains(&(topic.as_str(), *p, pod.uid.as_str())))
                     })
+                    || pod.units.len() != units.len()
+                    || units
+                        .iter()
+                        .any(|(topic, (_, ps))| pod.units.get(topic) != Some(ps));
+                let outdated = pod.hash != build(input, pod.index, units).hash();
+                if !must && outdated && pod.operator != input.operator_template {
+                    // Outdated only because another operator made it: the rollout's.
+                    out.rollout.push(Candidate {
+                        name: pod.name.clone(),
+                        uid: pod.uid.clone(),
+                        units: pod
+                            .units
+                            .iter()
+                            .flat_map(|(t, ps)| ps.iter().map(move |p| LeaseUnit::new(t, *p)))
+                            .collect(),
+                    });
+                    input.rollout_admitted.contains(&pod.uid)
+                } else {
+                    must || outdated
+                }
             }
         };
         if stale {
@@ -152,7 +181,9 @@ pub fn plan(input: &Input<'_>) -> Plan {
             })
             .collect();
         if held.is_empty() {
-            out.create.push(build(input, *index, units).build());
+            let mut pod = build(input, *index, units).build();
+            crate::rollout::stamp(&mut pod, input.operator_template);
+            out.create.push(pod);
         } else {
             out.waiting.push(format!(
                 "pool pod {index} waits for the pods that still run {}",
@@ -240,6 +271,8 @@ mod tests {
             existing,
             held_elsewhere: &BTreeSet::new(),
             default_image: "img",
+            operator_template: "",
+            rollout_admitted: &BTreeSet::new(),
         })
     }
 
@@ -340,6 +373,8 @@ mod tests {
             existing: &now[..1],
             held_elsewhere: &elsewhere,
             default_image: "img",
+            operator_template: "",
+            rollout_admitted: &BTreeSet::new(),
         });
         assert!(p.create.is_empty());
         assert!(
@@ -372,5 +407,50 @@ mod tests {
         // Nothing wanted: the pods go.
         let none = demand(&[("a", 0)]);
         assert_eq!(plan_of(&cm, &none, Some(2), &now).delete.len(), 2);
+    }
+
+    #[test]
+    fn pool_pods_of_another_operator_wait_for_the_rollout() {
+        let cm = mirror();
+        let d = demand(&[("a", 64)]);
+        let mut now = running(&cm, &d, 2);
+        for e in &mut now {
+            e.hash = "older".into();
+            e.operator = "older".into();
+        }
+        let with = |existing: &[Existing], admitted: &BTreeSet<String>| {
+            plan(&Input {
+                mirror: &cm,
+                pods: Some(2),
+                demand: &d,
+                existing,
+                held_elsewhere: &BTreeSet::new(),
+                default_image: "img",
+                operator_template: "this",
+                rollout_admitted: admitted,
+            })
+        };
+        let p = with(&now, &BTreeSet::new());
+        assert!(p.delete.is_empty() && p.create.is_empty(), "{p:?}");
+        let names: Vec<&str> = p.rollout.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["dr-pool-0", "dr-pool-1"]);
+        assert_eq!(
+            p.rollout[0].units.len(),
+            now[0].units["a"].len(),
+            "its partitions"
+        );
+        let p = with(&now, &BTreeSet::from(["uid-1".to_string()]));
+        assert_eq!(p.delete, [("dr-pool-1".to_string(), "uid-1".to_string())]);
+        // Gone: created again at once, with this operator's mark.
+        let p = with(&now[..1], &BTreeSet::new());
+        assert_eq!(p.create.len(), 1);
+        assert_eq!(
+            p.create[0].annotations()[crate::rollout::ANNOTATION_OPERATOR],
+            "this"
+        );
+        // A pod whose units change (another pool size) goes at once.
+        now[0].units.get_mut("a").unwrap().insert(1_000);
+        let p = with(&now, &BTreeSet::new());
+        assert_eq!(p.delete, [(now[0].name.clone(), now[0].uid.clone())]);
     }
 }
