@@ -553,6 +553,7 @@ mod tests {
             destination: &up,
             sync: None,
             topics: &topics,
+            rollout: None,
         };
         let (counted, _) = status(&mirror(), &facts, &now);
         assert_eq!(
@@ -575,6 +576,7 @@ mod tests {
             destination: &up,
             sync: None,
             topics: &topics,
+            rollout: None,
         };
         let (failed_over, _) = status(&mirror(), &facts, &now);
         assert_eq!(condition(&failed_over, "Ready"), ("True", "FailedOver"));
