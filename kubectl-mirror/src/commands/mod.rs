@@ -4,6 +4,7 @@ mod all_partitions;
 mod failback;
 mod status;
 mod topics;
+mod translate;
 mod verify;
 mod wait;
 mod watch;
@@ -30,6 +31,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Resume(a) => topics::set_state(&kube, a, topics::Target::Resume).await,
         Command::Retry(a) => topics::retry(&kube, a).await,
         Command::Verify(a) => verify::run(&kube, a).await,
+        Command::Translate(a) => translate::run(&kube, a).await,
         Command::Completion(_) => unreachable!("handled before connecting"),
     }
 }
