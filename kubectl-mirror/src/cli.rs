@@ -787,6 +787,9 @@ mod tests {
         }
     }
 
+    /// The pairs parsed, or a part of the error.
+    type Expected = std::result::Result<Vec<(i32, i64)>, &'static str>;
+
     #[test]
     fn translate_requests_parse() {
         let requests = |args: &[&str]| -> Result<Vec<(i32, i64)>, String> {
@@ -798,7 +801,7 @@ mod tests {
             }
         };
         #[rustfmt::skip]
-        let table: [(&[&str], Result<Vec<(i32, i64)>, &str>); 9] = [
+        let table: [(&[&str], Expected); 9] = [
             (&["--partition", "0", "--offset", "120"], Ok(vec![(0, 120)])),
             (&["--partition", "2", "--offset", "5", "--offset", "9"], Ok(vec![(2, 5), (2, 9)])),
             (&["--offsets", "0:120,1:77"], Ok(vec![(0, 120), (1, 77)])),

@@ -290,10 +290,13 @@ mod tests {
     use super::*;
     use crate::offset_map::Segment;
 
+    /// The pairs parsed, or a part of the error.
+    type Expected = Result<Vec<(i32, i64)>, &'static str>;
+
     #[test]
     fn requests_parse() {
         #[rustfmt::skip]
-        let table: [(&str, Result<Vec<(i32, i64)>, &str>); 7] = [
+        let table: [(&str, Expected); 7] = [
             ("0:120", Ok(vec![(0, 120)])),
             ("0:120,1:77", Ok(vec![(0, 120), (1, 77)])),
             (" 2 : 5 , ", Ok(vec![(2, 5)])),
