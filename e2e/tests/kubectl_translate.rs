@@ -293,6 +293,28 @@ async fn translate_matches_the_copies_on_transactional_and_compacted_topics() {
         assert!(copies.len() >= source_records.len() && !copies.is_empty());
         check_topic(bed, &s.ns, topic, &source_records, &copies);
     }
+    // The table names the direction and how.
+    let (code, stdout, stderr) = kubectl_mirror(
+        bed,
+        &s.ns,
+        &[
+            "translate",
+            "dr",
+            "--topic",
+            "txn",
+            "--partition",
+            "0",
+            "--offset",
+            "0",
+        ],
+    );
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    assert!(
+        stdout.starts_with("TOPIC")
+            && stdout.contains("DESTINATION-OFFSET")
+            && stdout.contains("mapped"),
+        "{stdout}"
+    );
     // The verifier, on the same offset maps: every record matched.
     for name in ["txn", "compact"] {
         let (code, stdout, stderr) =

@@ -21,6 +21,10 @@ pub async fn run(cli: Cli) -> Result<()> {
         emit(&crate::completion::script(args.shell));
         return Ok(());
     }
+    // A wrong list of offsets is a usage error, found before asking any cluster.
+    if let Command::Translate(a) = &cli.command {
+        a.requests().map_err(crate::error::Error::Usage)?;
+    }
     let kube = Kube::connect(&cli.global).await?;
     match &cli.command {
         Command::Status(a) => status::run(&kube, a).await,
