@@ -12,7 +12,8 @@ macro_rules! exit_codes {
     () => {
         "Exit codes:
   0  success (also for --dry-run and --print-patch, and when only warnings were printed)
-  1  another error: an object not found, the API server unreachable, a failed request
+  1  another error: an object not found, the API server unreachable, a failed request;
+     translate: an offset that cannot be translated (the others are printed)
   2  wrong usage: unknown flag or command, missing or conflicting arguments
   3  --wait timed out: the change is made and may still complete (follow it with
      `kubectl mirror status MIRROR --watch`)
@@ -199,6 +200,33 @@ pub enum Command {
         after_help = EXIT_CODES
     )]
     Verify(VerifyArgs),
+    /// Translate offsets between source and destination through the mirror's offset map.
+    #[command(
+        long_about = "Translate offsets between a topic's source and destination partitions \
+        through the mirror's offset map, for applications that keep their own offsets (Flink or \
+        Spark checkpoints, sink connectors storing offsets in a database). The map is read from \
+        the mirror's state topic by kmirror-verify (looked up next to this plugin, then in PATH) \
+        with the ClusterMirror's destination connection.\n\n\
+        Offsets are positions to resume from (the next record to read), translated as consumer \
+        group sync does: a source offset goes to the destination offset of the first copied \
+        record at or after it, so the offset of a transaction marker, an aborted record or a \
+        record compacted away before it was copied goes to the next copied record; the source \
+        offset after the last copy goes to the destination offset after the last copy. A \
+        destination offset goes back to the source offset of the record copied there. An offset \
+        that cannot be translated (not mirrored yet, below the map's start, deleted on the \
+        destination, not a copy, partition not mirrored) is printed with the reason and no \
+        number, and the exit code is 1.\n\n\
+        Give offsets as --partition P --offset O [--offset O2 ...], or as --offsets P:O[,P:O...] \
+        (repeatable), or both. --topic names the MirrorTopic (its source topic or object name) \
+        in both directions.\n\n\
+        -o json / -o yaml prints {\"mirror\", \"sourceTopic\", \"destinationTopic\", \
+        \"direction\", \"translations\": [{\"topic\", \"partition\", \"offset\", \"translated\" \
+        (null when not translated), \"how\" (identical | mapped | not-mirrored | before-map | \
+        deleted-on-destination | not-a-copy | unknown), \"reason\"}]}; \"topic\" and \
+        \"offset\" are of the side translated from.",
+        after_help = EXIT_CODES
+    )]
+    Translate(TranslateArgs),
     /// Print a shell completion script (bash or zsh).
     #[command(long_about = "Print a shell completion script for kubectl-mirror.\n\n\
         bash: `source <(kubectl mirror completion bash)` (or save it in \
@@ -451,6 +479,99 @@ pub struct VerifyArgs {
     pub output: Output,
 }
 
+/// Which way `translate` goes.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Direction {
+    /// Source offsets to destination offsets.
+    #[default]
+    SourceToDestination,
+    /// Destination offsets to source offsets.
+    DestinationToSource,
+}
+
+impl Direction {
+    /// The flag value (also what kmirror-verify takes).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Direction::SourceToDestination => "source-to-destination",
+            Direction::DestinationToSource => "destination-to-source",
+        }
+    }
+}
+
+/// `translate`.
+#[derive(Args, Debug, Clone)]
+pub struct TranslateArgs {
+    /// The ClusterMirror.
+    pub mirror: String,
+    /// The topic (MirrorTopic source topic or object name).
+    #[arg(long, value_name = "TOPIC")]
+    pub topic: String,
+    /// Partition of the --offset values.
+    #[arg(long, value_name = "P")]
+    pub partition: Option<i32>,
+    /// Offset to translate in --partition (repeatable).
+    #[arg(long = "offset", value_name = "O", requires = "partition")]
+    pub offset: Vec<i64>,
+    /// Partition and offset pairs to translate, `P:O[,P:O...]` (repeatable).
+    #[arg(long = "offsets", value_name = "P:O,...")]
+    pub pairs: Vec<String>,
+    /// Which way to translate.
+    #[arg(long, value_enum, default_value_t = Direction::SourceToDestination)]
+    pub direction: Direction,
+    /// Output format (wide is table).
+    #[arg(short = 'o', long, value_enum, default_value_t = Output::Table)]
+    pub output: Output,
+}
+
+impl TranslateArgs {
+    /// The (partition, offset) pairs asked for, in the order given: the --offset values in
+    /// --partition, then the --offsets pairs.
+    pub fn requests(&self) -> Result<Vec<(i32, i64)>, String> {
+        let mut out = Vec::new();
+        match (self.partition, self.offset.is_empty()) {
+            (Some(p), true) => {
+                return Err(format!(
+                    "--partition {p} needs at least one --offset (or use --offsets {p}:OFFSET)"
+                ));
+            }
+            (Some(p), false) if p < 0 => return Err(format!("--partition {p}: must be >= 0")),
+            (Some(p), false) => {
+                for &o in &self.offset {
+                    if o < 0 {
+                        return Err(format!("--offset {o}: must be >= 0"));
+                    }
+                    out.push((p, o));
+                }
+            }
+            (None, _) => {}
+        }
+        for pair in self.pairs.iter().flat_map(|v| v.split(',')) {
+            let pair = pair.trim();
+            if pair.is_empty() {
+                continue;
+            }
+            let parsed = pair.split_once(':').and_then(|(p, o)| {
+                let p = p.trim().parse::<i32>().ok().filter(|p| *p >= 0)?;
+                let o = o.trim().parse::<i64>().ok().filter(|o| *o >= 0)?;
+                Some((p, o))
+            });
+            out.push(parsed.ok_or_else(|| {
+                format!(
+                    "--offsets: {pair:?} is not PARTITION:OFFSET (two numbers >= 0, e.g. 0:120)"
+                )
+            })?);
+        }
+        if out.is_empty() {
+            return Err(
+                "nothing to translate: give --partition P --offset O, or --offsets P:O[,P:O...]"
+                    .into(),
+            );
+        }
+        Ok(out)
+    }
+}
+
 /// Parses a `--timeout` value (`30s`, `5m`, `1h30m`, `250ms`).
 pub fn parse_timeout(text: &str) -> Result<Duration, String> {
     kmirror_crds::duration::parse_duration(text).map_err(|e| e.to_string())
@@ -666,6 +787,57 @@ mod tests {
         }
     }
 
+    /// The pairs parsed, or a part of the error.
+    type Expected = std::result::Result<Vec<(i32, i64)>, &'static str>;
+
+    #[test]
+    fn translate_requests_parse() {
+        let requests = |args: &[&str]| -> Result<Vec<(i32, i64)>, String> {
+            let mut all = vec!["translate", "dr", "--topic", "orders"];
+            all.extend_from_slice(args);
+            match parse(&all).map_err(|e| e.to_string())?.command {
+                Command::Translate(t) => t.requests(),
+                other => panic!("{other:?}"),
+            }
+        };
+        #[rustfmt::skip]
+        let table: [(&[&str], Expected); 9] = [
+            (&["--partition", "0", "--offset", "120"], Ok(vec![(0, 120)])),
+            (&["--partition", "2", "--offset", "5", "--offset", "9"], Ok(vec![(2, 5), (2, 9)])),
+            (&["--offsets", "0:120,1:77"], Ok(vec![(0, 120), (1, 77)])),
+            (&["--offsets", "0:1", "--offsets", "3:4,"], Ok(vec![(0, 1), (3, 4)])),
+            (&["--partition", "1", "--offset", "8", "--offsets", "0:3"], Ok(vec![(1, 8), (0, 3)])),
+            (&[], Err("nothing to translate")),
+            (&["--partition", "1"], Err("needs at least one --offset")),
+            (&["--offset", "1"], Err("--partition")),
+            (&["--offsets", "0:x"], Err("is not PARTITION:OFFSET")),
+        ];
+        for (args, want) in table {
+            let got = requests(args);
+            match want {
+                Ok(pairs) => assert_eq!(got, Ok(pairs), "{args:?}"),
+                Err(part) => {
+                    let e = got.expect_err(&format!("{args:?}"));
+                    assert!(e.contains(part), "{args:?}: {e}");
+                }
+            }
+        }
+        match parse(&[
+            "translate",
+            "dr",
+            "--topic",
+            "t",
+            "--direction",
+            "destination-to-source",
+        ])
+        .unwrap()
+        .command
+        {
+            Command::Translate(t) => assert_eq!(t.direction, Direction::DestinationToSource),
+            other => panic!("{other:?}"),
+        }
+    }
+
     #[test]
     fn help_documents_exit_codes() {
         let help = Cli::command().render_long_help().to_string();
@@ -679,7 +851,15 @@ mod tests {
     fn every_verb_documents_exit_codes_and_changing_ones_wait() {
         let mut cli = Cli::command();
         for name in [
-            "status", "failover", "failback", "resolve", "pause", "resume", "retry", "verify",
+            "status",
+            "failover",
+            "failback",
+            "resolve",
+            "pause",
+            "resume",
+            "retry",
+            "verify",
+            "translate",
         ] {
             let sub = cli.find_subcommand_mut(name).unwrap();
             for help in [

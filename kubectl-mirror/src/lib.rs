@@ -1,7 +1,8 @@
 //! `kubectl mirror`: a kubectl plugin for kmirror. It shows the state of `ClusterMirror`s and
 //! their `MirrorTopic`s partition by partition, fails topics over (`spec.state: Stopped`),
-//! creates the reverse mirror for failback, pauses, resumes and retries topics, and runs the
-//! record-by-record verifier with the mirror's own connection settings.
+//! creates the reverse mirror for failback, pauses, resumes and retries topics, runs the
+//! record-by-record verifier with the mirror's own connection settings, and translates offsets
+//! through a mirror's offset map for applications that keep their own.
 //!
 //! The crate is a small library with a thin `main`:
 //! - [`cli`]: the command line;

@@ -30,5 +30,6 @@ pub mod quiet;
 pub mod records;
 pub mod stop_line;
 pub mod store;
+pub mod translate;
 
 pub use connection::ClusterSettings;

@@ -178,6 +178,16 @@ impl OffsetMap {
             None => dst,
         }
     }
+
+    /// The destination offset a consumer group that committed source offset `committed` (the
+    /// next record it would read) resumes at: [`OffsetMap::src_to_dst`] clamped to the
+    /// destination's `(log start, log end)`. The one translation of committed offsets: group
+    /// sync commits it, and `kubectl mirror translate` reports it (with the reason instead of
+    /// the clamp when a bound applies, see [`crate::translate`]).
+    pub fn translate_committed(&self, committed: i64, destination: (i64, i64)) -> i64 {
+        self.src_to_dst(committed)
+            .clamp(destination.0, destination.1)
+    }
 }
 
 #[cfg(test)]
@@ -224,6 +234,30 @@ mod tests {
         }
         // The next source offset after a destination log end.
         assert_eq!(map.dst_to_src(7), 12);
+    }
+
+    #[test]
+    fn committed_offsets_translate_and_clamp() {
+        let identity = OffsetMap::identity();
+        assert_eq!(identity.translate_committed(42, (0, 100)), 42);
+        assert_eq!(
+            identity.translate_committed(420, (0, 100)),
+            100,
+            "clamped to the destination end"
+        );
+        assert_eq!(
+            identity.translate_committed(3, (10, 100)),
+            10,
+            "clamped to the destination start"
+        );
+        let mut map = OffsetMap::identity();
+        map.record_gap(10, 8).expect("an ordered segment");
+        assert_eq!(map.translate_committed(12, (0, 100)), 10);
+        assert_eq!(
+            map.translate_committed(9, (0, 100)),
+            8,
+            "an offset in a gap resumes at the next record"
+        );
     }
 
     #[test]

@@ -7,6 +7,12 @@
 //! state topic (the `MirrorTopic` status entry the operator would write, one JSON object a
 //! line), reading only the destination cluster. `kubectl mirror status --partitions all` uses it
 //! for the partitions a large topic's status does not list.
+//!
+//! With `--translate P:O[,P:O…]` it compares nothing either: it translates each offset through
+//! the partition's offset map in the state topic (`--direction`, source to destination by
+//! default; see `kmirror_state::translate` for the rules) and prints one JSON object per offset,
+//! reading only the destination cluster (its state topic and the destination partitions' log
+//! start). Offsets that cannot be translated are printed with the reason; exit 0 all the same.
 
 use std::time::Duration;
 
@@ -16,6 +22,8 @@ use kmirror_fetcher::verify::{Side, verify_partition};
 use kmirror_state::flags::ClusterFlags;
 use kmirror_state::partition_view::partition_status;
 use kmirror_state::store;
+use kmirror_state::translate::{self, Direction, Extent, Request};
+use rdkafka::consumer::{BaseConsumer, Consumer};
 
 /// Verify a mirrored topic.
 #[derive(Parser, Debug)]
@@ -52,6 +60,85 @@ struct Args {
     /// destination cluster only).
     #[arg(long)]
     state_only: bool,
+    /// Verify nothing: translate these offsets, `PARTITION:OFFSET[,PARTITION:OFFSET…]`, through
+    /// the offset map in the state topic and print one JSON object per offset (reads the
+    /// destination cluster only).
+    #[arg(long, value_name = "P:O,...")]
+    translate: Option<String>,
+    /// With --translate: source-to-destination (offsets of the source topic) or
+    /// destination-to-source.
+    #[arg(long, default_value = "source-to-destination")]
+    direction: Direction,
+}
+
+/// Translates `requests` through the offsets maps in the state topic, printing one JSON object
+/// per request.
+fn print_translations(args: &Args, requests: &[Request]) -> Result<bool, String> {
+    let destination = args.clusters.destination()?;
+    let destination = destination.client_config().map_err(|e| e.to_string())?;
+    let timeout = Duration::from_secs(args.timeout_seconds);
+    let units = store::load(
+        &destination,
+        &args.state_topic,
+        |k| k.mirror == args.mirror && k.topic == args.source_topic,
+        timeout,
+    )
+    .map_err(|e| e.to_string())?;
+    let consumer: BaseConsumer = destination
+        .clone()
+        .set("group.id", "kmirror-translate")
+        .set("enable.auto.commit", "false")
+        .create()
+        .map_err(|e| format!("cannot create a consumer of the destination: {e}"))?;
+    let destination_topic = args
+        .destination_topic
+        .clone()
+        .unwrap_or_else(|| args.source_topic.clone());
+    let mut log_starts = std::collections::BTreeMap::new();
+    for &r in requests {
+        let key = (args.mirror.clone(), args.source_topic.clone(), r.partition);
+        let found = units.get(&key).and_then(|records| {
+            records
+                .position
+                .as_ref()
+                .map(|position| (records, position))
+        });
+        let entry = match found {
+            None => translate::unknown(r),
+            Some((records, position)) => {
+                let map = records.offset_map()?;
+                let destination_start = match log_starts.get(&r.partition) {
+                    Some(start) => *start,
+                    None => {
+                        let (start, _) = consumer
+                            .fetch_watermarks(&destination_topic, r.partition, timeout)
+                            .map_err(|e| {
+                                format!(
+                                    "offsets of {destination_topic}[{}] on the destination: {e}",
+                                    r.partition
+                                )
+                            })?;
+                        log_starts.insert(r.partition, start);
+                        start
+                    }
+                };
+                let extent = Extent {
+                    source_end: position
+                        .next_source_offset
+                        .max(position.source_position.unwrap_or(0)),
+                    copies_end: position.destination_offset,
+                    destination_start,
+                    identical: position.offsets_identical,
+                };
+                translate::translate(&map, &extent, args.direction, r)
+            }
+        };
+        println!(
+            "{}",
+            serde_json::to_string(&entry).expect("a translation serializes")
+        );
+    }
+    Ok(true)
 }
 
 /// Prints the status of each partition of `args.partitions` (default: all recorded) from the
@@ -83,6 +170,11 @@ fn print_state(args: &Args) -> Result<bool, String> {
 }
 
 fn run(args: Args) -> Result<bool, String> {
+    if let Some(requests) = &args.translate {
+        let requests =
+            translate::parse_requests(requests).map_err(|e| format!("--translate: {e}"))?;
+        return print_translations(&args, &requests);
+    }
     if args.state_only {
         return print_state(&args);
     }

@@ -4,6 +4,7 @@ mod all_partitions;
 mod failback;
 mod status;
 mod topics;
+mod translate;
 mod verify;
 mod wait;
 mod watch;
@@ -20,6 +21,10 @@ pub async fn run(cli: Cli) -> Result<()> {
         emit(&crate::completion::script(args.shell));
         return Ok(());
     }
+    // A wrong list of offsets is a usage error, found before asking any cluster.
+    if let Command::Translate(a) = &cli.command {
+        a.requests().map_err(crate::error::Error::Usage)?;
+    }
     let kube = Kube::connect(&cli.global).await?;
     match &cli.command {
         Command::Status(a) => status::run(&kube, a).await,
@@ -30,6 +35,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Resume(a) => topics::set_state(&kube, a, topics::Target::Resume).await,
         Command::Retry(a) => topics::retry(&kube, a).await,
         Command::Verify(a) => verify::run(&kube, a).await,
+        Command::Translate(a) => translate::run(&kube, a).await,
         Command::Completion(_) => unreachable!("handled before connecting"),
     }
 }

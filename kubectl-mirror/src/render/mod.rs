@@ -13,9 +13,11 @@ use crate::cli::Output;
 use crate::select::object_name;
 
 mod progress;
+mod translation;
 mod verification;
 
 pub use progress::*;
+pub use translation::*;
 pub use verification::*;
 
 /// `status -o json|yaml`: every mirror shown, with its topics and partitions.

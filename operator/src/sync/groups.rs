@@ -100,12 +100,6 @@ enum GroupOutcome {
     NothingCommitted,
 }
 
-/// Translates and clamps one committed source offset.
-pub fn translate(map: &OffsetMap, committed: i64, destination: (i64, i64)) -> i64 {
-    map.src_to_dst(committed)
-        .clamp(destination.0, destination.1)
-}
-
 fn plans(
     cache: &StateCache,
     topics: &[&MirrorTopic],
@@ -257,7 +251,7 @@ fn sync_group(
             }
         };
         let map = plan.maps.get(&partition).cloned().unwrap_or_default();
-        let translated = translate(&map, offset, bounds);
+        let translated = map.translate_committed(offset, bounds);
         target
             .add_partition_offset(&plan.destination, partition, Offset::Offset(translated))
             .map_err(|err| err.to_string())?;
@@ -374,30 +368,6 @@ pub async fn final_sync(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn offsets_translate_and_clamp() {
-        let identity = OffsetMap::identity();
-        assert_eq!(translate(&identity, 42, (0, 100)), 42);
-        assert_eq!(
-            translate(&identity, 420, (0, 100)),
-            100,
-            "clamped to the destination end"
-        );
-        assert_eq!(
-            translate(&identity, 3, (10, 100)),
-            10,
-            "clamped to the destination start"
-        );
-        let mut map = OffsetMap::identity();
-        map.record_gap(10, 8).expect("an ordered segment");
-        assert_eq!(translate(&map, 12, (0, 100)), 10);
-        assert_eq!(
-            translate(&map, 9, (0, 100)),
-            8,
-            "an offset in a gap resumes at the next record"
-        );
-    }
 
     #[test]
     fn a_partition_past_its_final_sync_is_never_synced_again() {
