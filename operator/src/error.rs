@@ -43,6 +43,9 @@ pub enum Cause {
     /// A setting of the resource cannot be used (e.g. a filter that does not compile).
     #[error("{0}")]
     Invalid(String),
+    /// The destination cannot hold the replicas asked for a topic.
+    #[error(transparent)]
+    TooManyReplicas(#[from] crate::destination_topic::TooManyReplicas),
 }
 
 impl Cause {
@@ -55,6 +58,7 @@ impl Cause {
             Cause::Kafka(_) => "kafka",
             Cause::State(_) => "state_topic",
             Cause::Invalid(_) => "invalid",
+            Cause::TooManyReplicas(_) => "replication_factor",
         }
     }
 }

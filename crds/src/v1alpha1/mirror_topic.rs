@@ -7,7 +7,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::common::conditions_schema;
+use super::common::{TopicCreation, conditions_schema};
 use super::partition::PartitionStatus;
 
 /// One mirrored topic. Failover is `spec.state: Stopped`.
@@ -92,6 +92,10 @@ pub struct MirrorTopicSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^[a-zA-Z0-9._-]{1,249}$"))]
     pub destination_topic: Option<String>,
+    /// Settings of the destination topic when kmirror creates it, over the `ClusterMirror`'s
+    /// `spec.topicCreation`; an existing destination topic is never changed by them.
+    #[serde(default, skip_serializing_if = "TopicCreation::is_empty")]
+    pub topic_creation: TopicCreation,
     /// Desired state: `Mirroring` (default), `Paused` (maintenance; the destination stays
     /// read-only), or `Stopped` (failover: the destination becomes writable).
     #[serde(default)]
