@@ -428,6 +428,30 @@ async fn the_destination_moves_to_another_address_of_the_same_cluster_only() {
         "no state topic on the other cluster"
     );
     assert!(!exists(&other, &topic), "no destination topic there");
+
+    // Put right, the copy resumes where it stopped.
+    patch_mirror(&s, json!({"destination": {"bootstrapServers": moved}})).await;
+    let more = mixed_records(100, PARTITIONS, 0, 9100);
+    produce_all(&source, &topic, &more, &[("acks", "all")]).expect("produce");
+    let ends: Vec<i64> = (0..PARTITIONS)
+        .map(|p| watermarks(&source, &topic, p).unwrap().1)
+        .collect();
+    s.wait_topic("t", "mirroring again", Duration::from_secs(120), |t| {
+        all_partitions(t, PartitionState::Mirroring, PARTITIONS as usize)
+            && t.status.as_ref().is_some_and(|st| {
+                st.partitions
+                    .iter()
+                    .all(|p| p.destination_log_end_offset == Some(ends[p.partition as usize]))
+            })
+    })
+    .await;
+    for p in 0..PARTITIONS {
+        assert!(
+            read_values(&source, &topic, p, 0, "read_committed").unwrap()
+                == read_values(&dest, &topic, p, 0, "read_uncommitted").unwrap(),
+            "partition {p} after the address was put right"
+        );
+    }
     s.cleanup().await;
     drop(op);
 }
