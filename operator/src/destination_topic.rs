@@ -13,7 +13,7 @@ use kmirror_state::kafka_admin::AdminError;
 use rdkafka::error::RDKafkaErrorCode;
 
 use crate::config_fit::{self, Fitted};
-use crate::error::Cause;
+use crate::error::{Cause, TooManyReplicas};
 use crate::kafka::{self, Creation, TopicConfigs};
 use crate::scope::MirrorScope;
 use crate::topic_configs::{self, Inputs};
@@ -102,42 +102,6 @@ pub fn replication(mirror: &ClusterMirrorSpec, topic: &MirrorTopicSpec) -> Optio
         })
 }
 
-/// The destination refused the replication factor asked for (`INVALID_REPLICATION_FACTOR`): more
-/// replicas than it has brokers. The topic is not created and none of its partitions start.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{}", too_many_replicas_message(self))]
-pub struct TooManyReplicas {
-    /// The destination topic.
-    pub topic: String,
-    /// What was asked for (`None`: the broker's own default).
-    pub replication: Option<Replication>,
-    /// The destination's brokers, when they could be counted.
-    pub brokers: Option<usize>,
-    /// The broker's answer.
-    pub answer: String,
-}
-
-fn too_many_replicas_message(r: &TooManyReplicas) -> String {
-    let asked = match r.replication {
-        Some(Replication { factor, field }) => format!("replication factor {factor} ({field})"),
-        None => "the destination broker's default.replication.factor".to_string(),
-    };
-    let (has, fix) = match r.brokers {
-        Some(n) => (
-            format!("the destination has {n} brokers"),
-            format!("set spec.topicCreation.replicationFactor to {n} or less, or add brokers"),
-        ),
-        None => (
-            "the destination has fewer brokers".to_string(),
-            "lower spec.topicCreation.replicationFactor, or add brokers".to_string(),
-        ),
-    };
-    format!(
-        "destination topic {} not created: {asked} but {has} ({}); {fix}",
-        r.topic, r.answer
-    )
-}
-
 /// Creates the destination topic of `mt` with `partitions` (already existing is fine:
 /// [`Creation::Existed`]) and the replication factor of [`replication`]. A config the broker
 /// refuses and names in its answer is left out, remembered and noted; a broker that refuses an
@@ -186,7 +150,7 @@ pub async fn create(
                     .ok();
                 return Err(TooManyReplicas {
                     topic: topic.to_string(),
-                    replication,
+                    asked: replication.map(|r| (r.factor, r.field)),
                     brokers,
                     answer: message.clone(),
                 }
@@ -262,7 +226,8 @@ mod tests {
         let by_mirror = "ClusterMirror spec.topicCreation.replicationFactor";
         let by_topic = "MirrorTopic spec.topicCreation.replicationFactor";
         /// Mirror's factor, topic's factor, expected (factor, field).
-        let cases: &[(Option<i32>, Option<i32>, Option<(i32, &str)>)] = &[
+        type Case = (Option<i32>, Option<i32>, Option<(i32, &'static str)>);
+        let cases: &[Case] = &[
             (None, None, None),
             (Some(3), None, Some((3, by_mirror))),
             (None, Some(2), Some((2, by_topic))),
@@ -276,16 +241,13 @@ mod tests {
 
     #[test]
     fn too_many_replicas_names_the_factor_its_field_and_the_brokers() {
-        let refused = |replication, brokers| TooManyReplicas {
+        let refused = |asked, brokers| TooManyReplicas {
             topic: "orders".into(),
-            replication,
+            asked,
             brokers,
             answer: "Replication factor: 4 larger than available brokers: 3.".into(),
         };
-        let asked = Some(Replication {
-            factor: 4,
-            field: "MirrorTopic spec.topicCreation.replicationFactor",
-        });
+        let asked = Some((4, "MirrorTopic spec.topicCreation.replicationFactor"));
         assert_eq!(
             refused(asked, Some(3)).to_string(),
             "destination topic orders not created: replication factor 4 (MirrorTopic \

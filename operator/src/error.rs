@@ -22,6 +22,43 @@ pub struct KafkaError {
 #[error("state topic: {0}")]
 pub struct StateError(pub String);
 
+/// The destination refused the replication factor asked for a topic
+/// (`INVALID_REPLICATION_FACTOR`): more replicas than it has brokers. The topic is not created
+/// and none of its partitions start.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("{}", too_many_replicas_message(self))]
+pub struct TooManyReplicas {
+    /// The destination topic.
+    pub topic: String,
+    /// The factor asked for and the field that sets it (`None`: the broker's own default).
+    pub asked: Option<(i32, &'static str)>,
+    /// The destination's brokers, when they could be counted.
+    pub brokers: Option<usize>,
+    /// The broker's answer.
+    pub answer: String,
+}
+
+fn too_many_replicas_message(r: &TooManyReplicas) -> String {
+    let asked = match r.asked {
+        Some((factor, field)) => format!("replication factor {factor} ({field})"),
+        None => "the destination broker's default.replication.factor".to_string(),
+    };
+    let (has, fix) = match r.brokers {
+        Some(n) => (
+            format!("the destination has {n} brokers"),
+            format!("set spec.topicCreation.replicationFactor to {n} or less, or add brokers"),
+        ),
+        None => (
+            "the destination has fewer brokers".to_string(),
+            "lower spec.topicCreation.replicationFactor, or add brokers".to_string(),
+        ),
+    };
+    format!(
+        "destination topic {} not created: {asked} but {has} ({}); {fix}",
+        r.topic, r.answer
+    )
+}
+
 /// What went wrong underneath a step.
 #[derive(Debug, Error)]
 pub enum Cause {
@@ -45,7 +82,7 @@ pub enum Cause {
     Invalid(String),
     /// The destination cannot hold the replicas asked for a topic.
     #[error(transparent)]
-    TooManyReplicas(#[from] crate::destination_topic::TooManyReplicas),
+    TooManyReplicas(#[from] TooManyReplicas),
 }
 
 impl Cause {

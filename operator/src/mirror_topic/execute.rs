@@ -57,7 +57,7 @@ const REPLICAS_REQUEUE: Duration = Duration::from_secs(120);
 async fn too_many_replicas(
     ctx: &Context,
     mt: &MirrorTopic,
-    refused: &destination_topic::TooManyReplicas,
+    refused: &crate::error::TooManyReplicas,
 ) -> Result<Duration> {
     const REASON: &str = "ReplicationFactorTooLarge";
     let message = refused.to_string();
