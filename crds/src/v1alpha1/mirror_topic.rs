@@ -212,6 +212,11 @@ pub struct MirrorTopicStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "partitions_schema")]
     pub partitions: Vec<PartitionStatus>,
+    /// Replicas of the destination topic's partitions, as the destination describes it (its
+    /// first partition's). `spec.topicCreation.replicationFactor` applies only when kmirror
+    /// creates the topic: a destination topic that has another factor keeps it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub destination_replication_factor: Option<i32>,
     /// Source topic configs the destination topic does not get, each with the reason (a key
     /// the destination's Kafka version removed or does not know, a value it refused).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
