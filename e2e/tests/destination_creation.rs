@@ -1,6 +1,7 @@
 //! Destination topics on the replicated pair: the replication factor they are created with comes
 //! from the `ClusterMirror`'s `topicCreation`, a `MirrorTopic`'s own overriding it, and a factor
-//! above the destination's broker count is refused in the topic's status with nothing created;
+//! above the destination's broker count is refused in the topic's status with nothing created,
+//! and a destination topic that exists already keeps its replicas (shown in the status);
 //! the destination's `bootstrapServers` moves to another address of the same cluster under
 //! traffic and the copy goes on at identical offsets, while an address of another cluster is
 //! refused with `ClusterIdMismatch` and nothing is written there.
@@ -118,10 +119,15 @@ async fn destination_topics_get_the_replication_factor_of_the_mirror_or_their_ow
     let dest = bed.r_dest_config(DestUser::Admin);
     ensure_state_topic(&dest, kmirror_crds::v1alpha1::DEFAULT_STATE_TOPIC).expect("state topic");
     let s = Scenario::new(bed, "dest-rf").await;
-    let [by_mirror, by_topic, too_many] = ["rf-mirror", "rf-topic", "rf-many"].map(unique_name);
-    for t in [&by_mirror, &by_topic, &too_many] {
+    let [by_mirror, by_topic, too_many, existing] =
+        ["rf-mirror", "rf-topic", "rf-many", "rf-existing"].map(unique_name);
+    for t in [&by_mirror, &by_topic, &too_many, &existing] {
         create_replicated_topic(&source, t, 2, &[]).await.unwrap();
     }
+    // A destination topic that exists already (empty) keeps its 3 replicas.
+    create_replicated_topic(&dest, &existing, 2, &[])
+        .await
+        .unwrap();
     let op = OperatorProcess::spawn(bed, &s.ns, &[]);
     let spec = replicated_spec(bed, json!({"topicCreation": {"replicationFactor": 2}}));
     apply::<ClusterMirror>(
@@ -136,6 +142,7 @@ async fn destination_topics_get_the_replication_factor_of_the_mirror_or_their_ow
         (&by_mirror, None),
         (&by_topic, Some(3)),
         (&too_many, Some(4)),
+        (&existing, None),
     ] {
         let extra = factor.map_or(
             json!({}),
@@ -170,15 +177,21 @@ async fn destination_topics_get_the_replication_factor_of_the_mirror_or_their_ow
             && message.contains("spec.topicCreation.replicationFactor"),
         "{message}"
     );
-    for (t, want) in [(&by_mirror, 2), (&by_topic, 3)] {
-        s.wait_topic(t, "MIRRORING", Duration::from_secs(120), |m| {
-            all_partitions(m, PartitionState::Mirroring, 2)
-        })
-        .await;
+    for (t, want) in [(&by_mirror, 2), (&by_topic, 3), (&existing, 3)] {
+        let m = s
+            .wait_topic(t, "MIRRORING", Duration::from_secs(120), |m| {
+                all_partitions(m, PartitionState::Mirroring, 2)
+            })
+            .await;
         assert_eq!(
             replication_factors(&dest, t),
             vec![want, want],
             "replicas of {t}"
+        );
+        assert_eq!(
+            m.status.unwrap().destination_replication_factor,
+            Some(want as i32),
+            "the status of {t} shows its replicas"
         );
     }
     assert!(
