@@ -266,6 +266,17 @@ async fn pod_addresses(s: &Scenario) -> Vec<(String, String)> {
 
 #[tokio::test]
 async fn the_destination_moves_to_another_address_of_the_same_cluster_only() {
+    moves(json!({"partitionsPerPod": 1})).await;
+}
+
+#[tokio::test]
+async fn a_pool_moves_with_its_destination_and_stops_at_another_cluster() {
+    moves(json!({"pool": {"pods": 1}})).await;
+}
+
+/// A mirror (fetchers as `fetcher` says) under traffic: its destination address moves to
+/// another address of the same cluster, then to another cluster, then back.
+async fn moves(fetcher: Value) {
     let bed = faults::replicated();
     let source = bed.r_source_config();
     let dest = bed.r_dest_config(DestUser::Admin);
@@ -280,7 +291,7 @@ async fn the_destination_moves_to_another_address_of_the_same_cluster_only() {
         .await
         .unwrap();
     let op = OperatorProcess::spawn(bed, &s.ns, &[]);
-    let spec = replicated_spec(bed, json!({"stateTopic": state_topic}));
+    let spec = replicated_spec(bed, json!({"stateTopic": state_topic, "fetcher": fetcher}));
     apply::<ClusterMirror>(
         &s,
         "dr",
