@@ -326,8 +326,11 @@ async fn moves(fetcher: Value) {
         .unwrap()
         .destination_cluster_id
         .unwrap();
+    eventually("fetcher pods run", Duration::from_secs(60), async || {
+        !pod_addresses(&s).await.is_empty()
+    })
+    .await;
     let before = pod_addresses(&s).await;
-    assert!(!before.is_empty(), "fetcher pods run");
 
     // The same cluster at another address (two of its brokers, the other way round): the pods
     // are replaced by pods with the new address, and the copy goes on.
