@@ -54,6 +54,7 @@ pub fn reverse_mirror(old: &ClusterMirror, name: &str) -> ClusterMirror {
             topics: TopicSelection::default(),
             sync,
             fetcher: old.spec.fetcher.clone(),
+            topic_creation: Default::default(),
             state_topic: old.spec.state_topic.clone(),
             reverse_of: Some(key(old)),
         },
@@ -86,6 +87,7 @@ pub fn reverse_topic(
             state: DesiredState::Mirroring,
             failover: FailoverSpec::default(),
             divergence_policy: policy,
+            topic_creation: Default::default(),
         },
         status: None,
     }

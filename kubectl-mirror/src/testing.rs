@@ -21,6 +21,7 @@ pub fn topic(name: &str, mirror: &str, source: &str) -> MirrorTopic {
             state: Default::default(),
             failover: Default::default(),
             divergence_policy: None,
+            topic_creation: Default::default(),
         },
         status: None,
     }
@@ -44,6 +45,7 @@ pub fn mirror(name: &str, namespace: &str) -> ClusterMirror {
             topics: Default::default(),
             sync: Default::default(),
             fetcher: Default::default(),
+            topic_creation: Default::default(),
             state_topic: "__kmirror_state".into(),
             reverse_of: None,
         },

@@ -2,16 +2,18 @@
 //! topic's non-excluded configs and its effective `max.message.bytes`, the timestamp bounds the
 //! destination broker knows, and the spec's overrides (see [`topic_configs::destination_configs`]),
 //! fitted to what the destination's Kafka version takes ([`config_fit`]). What it does not get
-//! is recorded in [`MirrorScope::config_notes`] for the `MirrorTopic`'s status.
+//! is recorded in [`MirrorScope::config_notes`] for the `MirrorTopic`'s status. Its replication
+//! factor comes from `topicCreation` ([`replication`]); a factor the destination cannot hold is
+//! [`TooManyReplicas`].
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use kmirror_crds::v1alpha1::FetcherEngine;
+use kmirror_crds::v1alpha1::{ClusterMirrorSpec, FetcherEngine, MirrorTopic, MirrorTopicSpec};
 use kmirror_state::kafka_admin::AdminError;
 use rdkafka::error::RDKafkaErrorCode;
 
 use crate::config_fit::{self, Fitted};
-use crate::error::Cause;
+use crate::error::{Cause, TooManyReplicas};
 use crate::kafka::{self, Creation, TopicConfigs};
 use crate::scope::MirrorScope;
 use crate::topic_configs::{self, Inputs};
@@ -73,17 +75,46 @@ pub fn config_refusal(code: RDKafkaErrorCode) -> bool {
     )
 }
 
-/// Creates the destination topic `topic` of `source_topic` with `partitions` (already existing
-/// is fine: [`Creation::Existed`]). A config the broker refuses and names in its answer is left
-/// out, remembered and noted; a broker that refuses an unnamed config while timestamp bounds
-/// are sent gets the topic without the bounds, as its defaults have them. Any other refusal
-/// names the configs sent and the broker's message.
+/// The replication factor a destination topic is created with, and the field that sets it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Replication {
+    /// Replicas per partition.
+    pub factor: i32,
+    /// Where it comes from, as a person would look for it.
+    pub field: &'static str,
+}
+
+/// The replication factor of `topic`'s destination topic: its own `spec.topicCreation`, else
+/// its mirror's (`None`: the destination broker's default).
+pub fn replication(mirror: &ClusterMirrorSpec, topic: &MirrorTopicSpec) -> Option<Replication> {
+    if let Some(factor) = topic.topic_creation.replication_factor {
+        return Some(Replication {
+            factor,
+            field: "MirrorTopic spec.topicCreation.replicationFactor",
+        });
+    }
+    mirror
+        .topic_creation
+        .replication_factor
+        .map(|factor| Replication {
+            factor,
+            field: "ClusterMirror spec.topicCreation.replicationFactor",
+        })
+}
+
+/// Creates the destination topic of `mt` with `partitions` (already existing is fine:
+/// [`Creation::Existed`]) and the replication factor of [`replication`]. A config the broker
+/// refuses and names in its answer is left out, remembered and noted; a broker that refuses an
+/// unnamed config while timestamp bounds are sent gets the topic without the bounds, as its
+/// defaults have them. Too many replicas is [`TooManyReplicas`]. Any other refusal names the
+/// configs sent and the broker's message.
 pub async fn create(
     scope: &MirrorScope,
-    source_topic: &str,
-    topic: &str,
+    mt: &MirrorTopic,
     partitions: i32,
 ) -> Result<Creation, Cause> {
+    let (source_topic, topic) = (mt.spec.source_topic.as_str(), mt.destination_topic());
+    let replication = replication(&scope.mirror.spec, &mt.spec);
     let destination = &scope.destination;
     let overrides = &scope.mirror.spec.sync.topic_configs.overrides;
     let Fitted {
@@ -92,17 +123,39 @@ pub async fn create(
     } = wanted(scope, source_topic, None).await?;
     let mut bounds_dropped = false;
     loop {
-        let refusal =
-            match kafka::create_topic_answer(destination, topic, partitions, &configs).await? {
-                Ok(creation) => {
-                    scope
-                        .config_notes
-                        .record(&scope.key, source_topic, not_copied);
-                    return Ok(creation);
-                }
-                Err(e) => e,
-            };
+        let refusal = match kafka::create_topic_answer(
+            destination,
+            topic,
+            partitions,
+            replication.map(|r| r.factor),
+            &configs,
+        )
+        .await?
+        {
+            Ok(creation) => {
+                scope
+                    .config_notes
+                    .record(&scope.key, source_topic, not_copied);
+                return Ok(creation);
+            }
+            Err(e) => e,
+        };
         let (code, message) = match &refusal {
+            AdminError::Kafka {
+                code: RDKafkaErrorCode::InvalidReplicationFactor,
+                message,
+            } => {
+                let brokers = kafka::broker_count(destination, scope.cache.topic_name())
+                    .await
+                    .ok();
+                return Err(TooManyReplicas {
+                    topic: topic.to_string(),
+                    asked: replication.map(|r| (r.factor, r.field)),
+                    brokers,
+                    answer: message.clone(),
+                }
+                .into());
+            }
             AdminError::Kafka { code, message } if config_refusal(*code) => (*code, message),
             _ => {
                 return Err(destination
@@ -142,5 +195,72 @@ pub async fn create(
                 sent.join(", ")
             ))
             .into());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_topic_overrides_the_mirror_and_neither_leaves_it_to_the_broker() {
+        let mirror = |rf: Option<i32>| -> ClusterMirrorSpec {
+            serde_json::from_value(serde_json::json!({
+                "source": {"bootstrapServers": "a:9092"},
+                "destination": {"bootstrapServers": "b:9092"},
+                "topicCreation": rf.map_or(serde_json::json!({}), |f| {
+                    serde_json::json!({"replicationFactor": f})
+                }),
+            }))
+            .unwrap()
+        };
+        let topic = |rf: Option<i32>| -> MirrorTopicSpec {
+            serde_json::from_value(serde_json::json!({
+                "mirror": "dr", "sourceTopic": "t",
+                "topicCreation": rf.map_or(serde_json::json!({}), |f| {
+                    serde_json::json!({"replicationFactor": f})
+                }),
+            }))
+            .unwrap()
+        };
+        let by_mirror = "ClusterMirror spec.topicCreation.replicationFactor";
+        let by_topic = "MirrorTopic spec.topicCreation.replicationFactor";
+        /// Mirror's factor, topic's factor, expected (factor, field).
+        type Case = (Option<i32>, Option<i32>, Option<(i32, &'static str)>);
+        let cases: &[Case] = &[
+            (None, None, None),
+            (Some(3), None, Some((3, by_mirror))),
+            (None, Some(2), Some((2, by_topic))),
+            (Some(3), Some(1), Some((1, by_topic))),
+        ];
+        for (m, t, want) in cases {
+            let got = replication(&mirror(*m), &topic(*t)).map(|r| (r.factor, r.field));
+            assert_eq!(got, *want, "mirror {m:?}, topic {t:?}");
+        }
+    }
+
+    #[test]
+    fn too_many_replicas_names_the_factor_its_field_and_the_brokers() {
+        let refused = |asked, brokers| TooManyReplicas {
+            topic: "orders".into(),
+            asked,
+            brokers,
+            answer: "Replication factor: 4 larger than available brokers: 3.".into(),
+        };
+        let asked = Some((4, "MirrorTopic spec.topicCreation.replicationFactor"));
+        assert_eq!(
+            refused(asked, Some(3)).to_string(),
+            "destination topic orders not created: replication factor 4 (MirrorTopic \
+             spec.topicCreation.replicationFactor) but the destination has 3 brokers \
+             (Replication factor: 4 larger than available brokers: 3.); set \
+             spec.topicCreation.replicationFactor to 3 or less, or add brokers"
+        );
+        let unknown = refused(None, None).to_string();
+        assert!(
+            unknown.contains("default.replication.factor")
+                && unknown.contains("fewer brokers")
+                && unknown.contains("larger than available brokers"),
+            "{unknown}"
+        );
     }
 }

@@ -22,6 +22,43 @@ pub struct KafkaError {
 #[error("state topic: {0}")]
 pub struct StateError(pub String);
 
+/// The destination refused the replication factor asked for a topic
+/// (`INVALID_REPLICATION_FACTOR`): more replicas than it has brokers. The topic is not created
+/// and none of its partitions start.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("{}", too_many_replicas_message(self))]
+pub struct TooManyReplicas {
+    /// The destination topic.
+    pub topic: String,
+    /// The factor asked for and the field that sets it (`None`: the broker's own default).
+    pub asked: Option<(i32, &'static str)>,
+    /// The destination's brokers, when they could be counted.
+    pub brokers: Option<usize>,
+    /// The broker's answer.
+    pub answer: String,
+}
+
+fn too_many_replicas_message(r: &TooManyReplicas) -> String {
+    let asked = match r.asked {
+        Some((factor, field)) => format!("replication factor {factor} ({field})"),
+        None => "the destination broker's default.replication.factor".to_string(),
+    };
+    let (has, fix) = match r.brokers {
+        Some(n) => (
+            format!("the destination has {n} brokers"),
+            format!("set spec.topicCreation.replicationFactor to {n} or less, or add brokers"),
+        ),
+        None => (
+            "the destination has fewer brokers".to_string(),
+            "lower spec.topicCreation.replicationFactor, or add brokers".to_string(),
+        ),
+    };
+    format!(
+        "destination topic {} not created: {asked} but {has} ({}); {fix}",
+        r.topic, r.answer
+    )
+}
+
 /// What went wrong underneath a step.
 #[derive(Debug, Error)]
 pub enum Cause {
@@ -43,6 +80,9 @@ pub enum Cause {
     /// A setting of the resource cannot be used (e.g. a filter that does not compile).
     #[error("{0}")]
     Invalid(String),
+    /// The destination cannot hold the replicas asked for a topic.
+    #[error(transparent)]
+    TooManyReplicas(#[from] TooManyReplicas),
 }
 
 impl Cause {
@@ -55,6 +95,7 @@ impl Cause {
             Cause::Kafka(_) => "kafka",
             Cause::State(_) => "state_topic",
             Cause::Invalid(_) => "invalid",
+            Cause::TooManyReplicas(_) => "replication_factor",
         }
     }
 }

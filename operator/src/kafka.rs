@@ -127,24 +127,26 @@ pub enum Creation {
     Existed,
 }
 
-/// Creates a topic (already existing is fine).
+/// Creates a topic with the cluster's default replication factor (already existing is fine).
 pub async fn create_topic(
     cluster: &Arc<Cluster>,
     topic: &str,
     partitions: i32,
     configs: &BTreeMap<String, String>,
 ) -> Result<Creation> {
-    create_topic_answer(cluster, topic, partitions, configs)
+    create_topic_answer(cluster, topic, partitions, None, configs)
         .await?
         .map_err(|e| cluster.error(format!("creating topic {topic}: {e}")))
 }
 
-/// Creates a topic; `Ok(Err(refusal))`: the broker refused it, with its error message (already
-/// existing is not a refusal: [`Creation::Existed`]).
+/// Creates a topic with `replication_factor` replicas (`None`: the cluster's default);
+/// `Ok(Err(refusal))`: the broker refused it, with its error message (already existing is not a
+/// refusal: [`Creation::Existed`]).
 pub async fn create_topic_answer(
     cluster: &Arc<Cluster>,
     topic: &str,
     partitions: i32,
+    replication_factor: Option<i32>,
     configs: &BTreeMap<String, String>,
 ) -> Result<std::result::Result<Creation, AdminError>> {
     let (c, t) = (cluster.clone(), topic.to_string());
@@ -157,7 +159,14 @@ pub async fn create_topic_answer(
             .iter()
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
-        kafka_admin::create_topic(c.admin.inner(), &t, partitions, &pairs, TIMEOUT)
+        kafka_admin::create_topic(
+            c.admin.inner(),
+            &t,
+            partitions,
+            replication_factor,
+            &pairs,
+            TIMEOUT,
+        )
     })
     .await
     .map_err(|e| cluster.error(e))?;
@@ -167,6 +176,16 @@ pub async fn create_topic_answer(
         Err(e @ AdminError::Kafka { .. }) => Err(e),
         Err(e) => return Err(cluster.error(format!("creating topic {topic}: {e}"))),
     })
+}
+
+/// How many brokers the cluster has (as its metadata lists them).
+pub async fn broker_count(cluster: &Arc<Cluster>, topic: &str) -> Result<usize> {
+    let (c, t) = (cluster.clone(), topic.to_string());
+    let md = tokio::task::spawn_blocking(move || c.admin.inner().fetch_metadata(Some(&t), TIMEOUT))
+        .await
+        .map_err(|e| cluster.error(e))?
+        .map_err(|e| cluster.error(format!("listing brokers: {e}")))?;
+    Ok(md.brokers().len())
 }
 
 /// Grows a topic to `partitions`.

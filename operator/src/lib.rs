@@ -22,6 +22,7 @@ pub mod failback;
 pub mod failover;
 pub mod failpoint;
 pub mod http;
+pub mod identity;
 pub mod kafka;
 pub mod leader;
 pub mod leases;

@@ -18,7 +18,7 @@ use crate::mirror_topic::pod_view::PodView;
 use crate::pods::{ANNOTATION_PARTITIONS, LABEL_MIRROR, LABEL_MIRROR_TOPIC, label_value};
 use crate::pool::plan::{self, Existing};
 use crate::pool::{ANNOTATION_UNITS, LABEL_POOL, demand, pod};
-use crate::scope::key_of;
+use crate::scope::{identity_mismatch, key_of};
 
 /// How often the pool looks at its pods without being woken.
 const TICK: Duration = Duration::from_secs(5);
@@ -86,6 +86,12 @@ async fn look(ctx: &Context, namespace: Option<&str>) -> Result<()> {
             .filter(|p| owner.is_none() || pod::controller_uid(p) == owner)
             .collect();
         let result = match &cm {
+            // A destination address that reaches another cluster runs no fetcher, as with
+            // per-topic pods.
+            Some(cm) if let Some(message) = wrong_destination(ctx, cm).await => {
+                tracing::warn!(mirror = %format!("{ns}/{name}"), "{message}: pool pods stop");
+                delete_all(ctx, &ns, &mine).await
+            }
             Some(cm) => manage(ctx, cm, &mine).await,
             // The mirror is gone: its pods go with it (owner references, when a garbage
             // collector runs; here too).
@@ -96,6 +102,18 @@ async fn look(ctx: &Context, namespace: Option<&str>) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Why the mirror's destination address must not be used ([`identity_mismatch`]); `None` also
+/// when it cannot be connected to (the topics say why).
+async fn wrong_destination(ctx: &Context, cm: &ClusterMirror) -> Option<String> {
+    let ns = cm.namespace().unwrap_or_default();
+    let (destination, _) = ctx
+        .clusters
+        .get(&ctx.client, &ns, &cm.spec.destination, "destination")
+        .await
+        .ok()?;
+    identity_mismatch(cm, &destination).await
 }
 
 async fn delete_all(ctx: &Context, ns: &str, pods: &[&Pod]) -> Result<()> {

@@ -11,6 +11,7 @@ use kube::ResourceExt;
 use crate::clusters::Cluster;
 use crate::context::{Context, Note};
 use crate::error::{Cause, Error, Result};
+use crate::identity;
 use crate::state_cache::StateCache;
 
 pub use crate::state_cache::STATE_LOAD_WAIT;
@@ -59,6 +60,40 @@ pub enum Resolved {
     Unavailable(Unavailable),
     /// The state topic is still being read: nothing may be decided yet.
     Loading,
+    /// A cluster is not the one the mirror's spec pins or, for the destination, the one it
+    /// reported before (`ClusterIdMismatch`): nothing may be read from or written to it.
+    Mismatch(String),
+}
+
+/// Why `cluster` (a side of `mirror`) must not be used: it reports another cluster ID than the
+/// one the mirror's connection pins or, for the destination, than the one recorded in
+/// `status.destinationClusterId` ([`identity::mismatch`]). A cluster that does not answer is no
+/// mismatch (failover with the source down must stay possible).
+pub async fn identity_mismatch(mirror: &ClusterMirror, cluster: &Arc<Cluster>) -> Option<String> {
+    let (pinned, recorded) = if cluster.side == "source" {
+        (&mirror.spec.source.cluster_id, None)
+    } else {
+        (
+            &mirror.spec.destination.cluster_id,
+            mirror
+                .status
+                .as_ref()
+                .and_then(|s| s.destination_cluster_id.as_deref()),
+        )
+    };
+    if pinned.is_none() && recorded.is_none() {
+        return None;
+    }
+    let found = cluster
+        .recent_cluster_id(PIN_CHECK_MAX_AGE, PIN_CHECK_TIMEOUT)
+        .await?;
+    identity::mismatch(
+        cluster.side,
+        &mirror.name_any(),
+        pinned.as_deref(),
+        recorded,
+        &found,
+    )
 }
 
 /// `namespace/name` of a mirror.
@@ -155,6 +190,12 @@ impl MirrorScope {
         }
         let (destination, dest_version) = clusters.pop().expect("two clusters");
         let (source, source_version) = clusters.pop().expect("two clusters");
+        // Before anything is read from or written to the destination (its state topic).
+        for cluster in [&source, &destination] {
+            if let Some(message) = identity_mismatch(&mirror, cluster).await {
+                return Ok(Resolved::Mismatch(message));
+            }
+        }
         if let Some(message) = destination.refused_as_destination().await {
             return Ok(Resolved::Unavailable(Unavailable {
                 reason: "DestinationUnsupported",
@@ -191,35 +232,6 @@ impl MirrorScope {
             .await
             .map_err(Error::ClaimState)?;
         Ok(Resolved::Ready(Box::new(scope)))
-    }
-
-    /// Why the mirror must not be used, when a cluster reports an ID other than the one its
-    /// connection pins. A cluster that does not answer is no mismatch (failover with the source
-    /// down must stay possible).
-    pub async fn pin_mismatch(&self) -> Option<String> {
-        for (side, cluster, pinned) in [
-            ("source", &self.source, &self.mirror.spec.source.cluster_id),
-            (
-                "destination",
-                &self.destination,
-                &self.mirror.spec.destination.cluster_id,
-            ),
-        ] {
-            let Some(pinned) = pinned else { continue };
-            if let Some(found) = cluster
-                .recent_cluster_id(PIN_CHECK_MAX_AGE, PIN_CHECK_TIMEOUT)
-                .await
-                && &found != pinned
-            {
-                return Some(format!(
-                    "the {side} cluster reports cluster ID {found} but ClusterMirror {} pins \
-                     spec.{side}.clusterId {pinned}: its fetchers are stopped and nothing is \
-                     copied until the pin or the address is fixed",
-                    self.mirror.name_any()
-                ));
-            }
-        }
-        None
     }
 
     /// The mirror's namespace.

@@ -10,7 +10,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::common::conditions_schema;
+use super::common::{TopicCreation, conditions_schema};
 use super::connection::KafkaConnection;
 use super::partition::PartitionState;
 use super::pod_template::FetcherPodTemplate;
@@ -86,10 +86,6 @@ pub const DEFAULT_CONFIG_EXCLUDES: &[&str] = &[
     validation = kube::core::Rule::new("self.source.bootstrapServers != self.destination.bootstrapServers")
         .message("source and destination must be different clusters")
         .reason(kube::core::Reason::FieldValueInvalid),
-    validation = kube::core::Rule::new("self.destination.bootstrapServers == oldSelf.destination.bootstrapServers")
-        .message("spec.destination.bootstrapServers is immutable: the mirror's topics, state and fetchers live on that cluster; create a new ClusterMirror for another one (credentials and TLS settings may change)")
-        .field_path(".destination.bootstrapServers")
-        .reason(kube::core::Reason::FieldValueForbidden),
     validation = kube::core::Rule::new("self.stateTopic == oldSelf.stateTopic")
         .message("spec.stateTopic is immutable: the mirror's positions, offset maps and failover records are in it")
         .field_path(".stateTopic")
@@ -102,7 +98,11 @@ pub const DEFAULT_CONFIG_EXCLUDES: &[&str] = &[
 pub struct ClusterMirrorSpec {
     /// The cluster to copy from (Kafka 2.1 or later).
     pub source: KafkaConnection,
-    /// The cluster to copy to (Kafka 3.x or 4.x).
+    /// The cluster to copy to (Kafka 3.x or 4.x). Its `bootstrapServers` may change (listeners
+    /// move) as long as the new address reaches the same cluster: one that reports another
+    /// cluster ID than the one recorded in `status.destinationClusterId` is refused
+    /// (`ClusterIdMismatch`) and nothing is written to it. Another cluster takes a new
+    /// `ClusterMirror`.
     pub destination: KafkaConnection,
     /// Which source topics get a `MirrorTopic` automatically. Without include filters only
     /// explicitly created `MirrorTopic`s are mirrored.
@@ -114,6 +114,10 @@ pub struct ClusterMirrorSpec {
     /// How fetcher pods run.
     #[serde(default)]
     pub fetcher: FetcherSpec,
+    /// Settings of the destination topics kmirror creates (a `MirrorTopic`'s own
+    /// `topicCreation` overrides them); an existing destination topic is never changed by them.
+    #[serde(default, skip_serializing_if = "TopicCreation::is_empty")]
+    pub topic_creation: TopicCreation,
     /// Name of the compacted state topic on the destination cluster.
     #[serde(default = "default_state_topic")]
     #[schemars(regex(pattern = r"^[a-zA-Z0-9._-]{1,249}$"))]
@@ -482,7 +486,8 @@ pub struct ClusterMirrorStatus {
     /// Cluster ID the source reported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_cluster_id: Option<String>,
-    /// Cluster ID the destination reported.
+    /// Cluster ID the destination reported: the identity of the mirror's destination. An
+    /// address in `spec.destination.bootstrapServers` that reaches another cluster is refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub destination_cluster_id: Option<String>,
     /// Number of `MirrorTopic`s of this mirror.

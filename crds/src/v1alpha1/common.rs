@@ -41,3 +41,23 @@ pub mod status {
     /// Not known yet.
     pub const UNKNOWN: &str = "Unknown";
 }
+
+/// Settings a destination topic gets when kmirror creates it, and only then: a destination
+/// topic that exists already keeps what it has (kmirror never reassigns replicas).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TopicCreation {
+    /// Replicas of each partition of a destination topic kmirror creates (1 to 32767). Absent:
+    /// the destination broker's `default.replication.factor`. A factor above the destination's
+    /// broker count is refused: the topic's status says so and none of its partitions start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 32767))]
+    pub replication_factor: Option<i32>,
+}
+
+impl TopicCreation {
+    /// Whether nothing is set.
+    pub fn is_empty(&self) -> bool {
+        self.replication_factor.is_none()
+    }
+}

@@ -8,7 +8,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::cluster_mirror::PartitionCounts;
-use super::common::conditions_schema;
+use super::common::{TopicCreation, conditions_schema};
 use super::partition::{PartitionState, PartitionStatus};
 
 /// One mirrored topic. Failover is `spec.state: Stopped`.
@@ -93,6 +93,10 @@ pub struct MirrorTopicSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^[a-zA-Z0-9._-]{1,249}$"))]
     pub destination_topic: Option<String>,
+    /// Settings of the destination topic when kmirror creates it, over the `ClusterMirror`'s
+    /// `spec.topicCreation`; an existing destination topic is never changed by them.
+    #[serde(default, skip_serializing_if = "TopicCreation::is_empty")]
+    pub topic_creation: TopicCreation,
     /// Desired state: `Mirroring` (default), `Paused` (maintenance; the destination stays
     /// read-only), or `Stopped` (failover: the destination becomes writable).
     #[serde(default)]
@@ -219,6 +223,11 @@ pub struct MirrorTopicStatus {
     /// `kubectl mirror status --partitions all` shows them all.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub partitions_omitted: i32,
+    /// Replicas of the destination topic's partitions, as the destination describes it (its
+    /// first partition's). `spec.topicCreation.replicationFactor` applies only when kmirror
+    /// creates the topic: a destination topic that has another factor keeps it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub destination_replication_factor: Option<i32>,
     /// Source topic configs the destination topic does not get, each with the reason (a key
     /// the destination's Kafka version removed or does not know, a value it refused).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

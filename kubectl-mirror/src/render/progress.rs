@@ -26,11 +26,12 @@ pub struct Progress {
 }
 
 /// `Ready` reasons that do not clear by waiting: a person must change something first.
-const REFUSALS: [&str; 4] = [
+const REFUSALS: [&str; 5] = [
     "DestinationUnsupported",
     "ClusterIdMismatch",
     "InvalidSpec",
     "InvalidMirror",
+    "ReplicationFactorTooLarge",
 ];
 
 impl Progress {

@@ -91,6 +91,7 @@ pub async fn discover_topics(ctx: &Context, scope: &MirrorScope) -> PartResult {
                 state: Default::default(),
                 failover: Default::default(),
                 divergence_policy: None,
+                topic_creation: Default::default(),
             },
             status: None,
         };

@@ -86,16 +86,23 @@ async fn connect(ctx: &Context, cm: &ClusterMirror, side: &'static str) -> Side 
             message: e.to_string(),
             id: None,
         },
-        Ok(id) => match &conn.cluster_id {
-            Some(pinned) if pinned != &id => Reach {
+        Ok(id) => match crate::identity::mismatch(
+            side,
+            &cm.name_any(),
+            conn.cluster_id.as_deref(),
+            cm.status
+                .as_ref()
+                .and_then(|s| s.destination_cluster_id.as_deref()),
+            &id,
+        ) {
+            // The ID recorded in the status stays the mirror's.
+            Some(message) => Reach {
                 ok: false,
                 reason: "ClusterIdMismatch".into(),
-                message: format!(
-                    "spec.{side}.clusterId is {pinned} but the cluster reports {id}: refusing to use it"
-                ),
-                id: Some(id),
+                message,
+                id: None,
             },
-            _ => Reach {
+            None => Reach {
                 ok: true,
                 reason: "Connected".into(),
                 message: format!("cluster {id} answers at {}", conn.bootstrap_servers),

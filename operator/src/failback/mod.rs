@@ -306,14 +306,7 @@ async fn recreate_destination(
     // A deletion can take a moment to settle on every broker: retry the creation briefly.
     let mut attempt = 0;
     loop {
-        match crate::destination_topic::create(
-            scope,
-            &mt.spec.source_topic,
-            topic,
-            partitions as i32,
-        )
-        .await
-        {
+        match crate::destination_topic::create(scope, mt, partitions as i32).await {
             Ok(kafka::Creation::Created) => break,
             // The deleted topic is still there for the controller: creating it now would keep
             // the diverged records.

@@ -132,6 +132,11 @@ pub async fn cleanup(mt: &MirrorTopic, ctx: &Context) -> Result<Cleanup> {
         .get(&ctx.client, &ns, &cm.spec.destination, "destination")
         .await
     {
+        Ok((destination, _))
+            if let Some(message) = crate::scope::identity_mismatch(&cm, &destination).await =>
+        {
+            tracing::warn!(%name, "{message}; state records stay");
+        }
         Ok((destination, _)) => {
             let cache = ctx
                 .states

@@ -30,9 +30,7 @@ async fn change_destination_topic(
     let topic = mt.destination_topic();
     match change {
         TopicChange::Create { partitions } => {
-            match destination_topic::create(scope, &mt.spec.source_topic, topic, partitions as i32)
-                .await?
-            {
+            match destination_topic::create(scope, mt, partitions as i32).await? {
                 kafka::Creation::Created => {
                     tracing::info!(topic, partitions, "created the destination topic")
                 }
@@ -50,6 +48,36 @@ async fn change_destination_topic(
     Ok(())
 }
 
+/// How soon a topic whose replication factor the destination refused is looked at again (a
+/// change of its spec or its mirror's is looked at at once).
+const REPLICAS_REQUEUE: Duration = Duration::from_secs(120);
+
+/// The destination cannot hold the replicas asked for: nothing more happens for the topic (no
+/// partition starts); its status says why, and a Warning Event when that is news.
+async fn too_many_replicas(
+    ctx: &Context,
+    mt: &MirrorTopic,
+    refused: &crate::error::TooManyReplicas,
+) -> Result<Duration> {
+    const REASON: &str = "ReplicationFactorTooLarge";
+    let message = refused.to_string();
+    let told = mt.status.as_ref().is_some_and(|s| {
+        s.conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.reason == REASON && c.message == message)
+    });
+    if !told {
+        tracing::warn!(topic = %mt.name_any(), "{message}");
+        ctx.publish(
+            mt,
+            &Note::warning(REASON, "CreateDestinationTopic", message.clone()),
+        )
+        .await;
+    }
+    super::report_problem(ctx, mt, REASON, &message).await?;
+    Ok(REPLICAS_REQUEUE)
+}
+
 /// Carries out `plan` and writes the status; returns when to look again.
 pub async fn execute(
     ctx: &Context,
@@ -61,9 +89,13 @@ pub async fn execute(
     let topic = &mt.spec.source_topic;
 
     if let Some(change) = plan.destination_topic {
-        change_destination_topic(scope, mt, change)
-            .await
-            .map_err(Error::EnsureDestinationTopic)?;
+        match change_destination_topic(scope, mt, change).await {
+            Ok(()) => {}
+            Err(Cause::TooManyReplicas(refused)) => {
+                return too_many_replicas(ctx, mt, &refused).await;
+            }
+            Err(e) => return Err(Error::EnsureDestinationTopic(e)),
+        }
     }
 
     if !plan.failback.steps.is_empty() {

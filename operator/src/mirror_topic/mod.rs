@@ -45,7 +45,7 @@ const LOADING_REQUEUE: Duration = Duration::from_secs(2);
 
 /// How soon a topic refused for a taken source topic looks again.
 const TAKEN_REQUEUE: Duration = Duration::from_secs(30);
-/// How soon a topic whose mirror pins another cluster ID is looked at again.
+/// How soon a topic whose mirror reaches another cluster than its own is looked at again.
 const PIN_REQUEUE: Duration = Duration::from_secs(15);
 
 /// Reconciles one `MirrorTopic` (entry point for the controller).
@@ -66,7 +66,7 @@ async fn cleanup(mt: Arc<MirrorTopic>, ctx: Arc<Context>) -> Result<Cleanup> {
 }
 
 /// Writes a status that only says why nothing can be done now.
-async fn report_problem(
+pub(crate) async fn report_problem(
     ctx: &Context,
     mt: &MirrorTopic,
     reason: &str,
@@ -111,11 +111,12 @@ async fn apply(mt: Arc<MirrorTopic>, ctx: Arc<Context>) -> Result<Action> {
             report_problem(&ctx, &mt, u.reason, &u.message).await?;
             return Ok(Action::requeue(u.requeue));
         }
+        // Another cluster than the pinned or recorded one: nothing runs for any topic of the
+        // mirror.
+        Resolved::Mismatch(message) => {
+            return refuse(&ctx, &mt, "ClusterIdMismatch", message, PIN_REQUEUE).await;
+        }
     };
-    // A pinned cluster ID that does not match: nothing runs for any topic of the mirror.
-    if let Some(message) = scope.pin_mismatch().await {
-        return refuse(&ctx, &mt, "ClusterIdMismatch", message, PIN_REQUEUE).await;
-    }
     // Observe → plan → execute.
     let observation = observe::observe(&ctx, &scope, &mt).await?;
     let operator_template = ctx.settings.operator_template();

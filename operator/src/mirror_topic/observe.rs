@@ -68,6 +68,8 @@ pub struct Observation {
     pub source: SourceTopic,
     /// The destination topic.
     pub destination: DestinationTopic,
+    /// Replicas of the destination topic's partitions, when it was described.
+    pub destination_replicas: Option<usize>,
     /// Fetcher pods by group index; with a pool, by partition (one view per partition of the
     /// pool pod that lists it).
     pub pods: BTreeMap<i32, PodView>,
@@ -176,17 +178,20 @@ pub async fn observe(ctx: &Context, scope: &MirrorScope, mt: &MirrorTopic) -> Re
             }
         }
     };
-    let destination = match source {
+    let (destination, destination_replicas) = match source {
         SourceTopic::Described { .. } => {
             match kafka::describe_topic(&scope.destination, mt.destination_topic())
                 .await
                 .map_err(Error::DescribeDestination)?
             {
-                Some(d) => DestinationTopic::Present(d.partitions),
-                None => DestinationTopic::Missing,
+                Some(d) => (
+                    DestinationTopic::Present(d.partitions),
+                    Some(d.replication_factor),
+                ),
+                None => (DestinationTopic::Missing, None),
             }
         }
-        _ => DestinationTopic::NotRead,
+        _ => (DestinationTopic::NotRead, None),
     };
     let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &scope.namespace());
     let pooled = scope.mirror.spec.fetcher.pool.is_some();
@@ -261,6 +266,7 @@ pub async fn observe(ctx: &Context, scope: &MirrorScope, mt: &MirrorTopic) -> Re
         records,
         source,
         destination,
+        destination_replicas,
         pods,
         pooled,
         leftover_pods,

@@ -642,6 +642,7 @@ pub fn plan(o: &Observation, spec: &Spec<'_>) -> Plan {
     if let Some(after) = lease_wait {
         requeue = requeue.min(after);
     }
+    report.destination_replicas = o.destination_replicas;
     report.source_topic_id = match &o.source {
         SourceTopic::Described {
             topic_id: Some(id), ..

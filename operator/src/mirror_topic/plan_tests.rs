@@ -179,6 +179,8 @@ struct Given {
     policy: Option<DivergencePolicy>,
     source: Src,
     destination: Option<DestinationTopic>,
+    /// Replicas of the destination topic's partitions, as described.
+    destination_replicas: Option<usize>,
     parts: Vec<Part>,
     pods: Vec<PodAs>,
     /// The source log end a read returns (`None`: the read fails).
@@ -201,6 +203,7 @@ impl Default for Given {
             policy: None,
             source: Src::Present(1),
             destination: None,
+            destination_replicas: None,
             parts: Vec::new(),
             pods: Vec::new(),
             source_end: Some(100),
@@ -296,6 +299,7 @@ fn observation(g: &Given, mt: &MirrorTopic, cm: &ClusterMirror) -> Observation {
         records: g.parts.iter().map(|Part(p, r)| (*p, r.clone())).collect(),
         source,
         destination,
+        destination_replicas: g.destination_replicas,
         pods,
         pooled: false,
         leftover_pods: Vec::new(),
@@ -637,6 +641,22 @@ fn cases() -> Vec<Case> {
                         ),
                         "{notes}"
                     );
+                }),
+                ..Want::default()
+            },
+        },
+        Case {
+            name: "the destination topic's replicas are shown as they are, whatever the spec asks",
+            given: Given {
+                destination: Some(DestinationTopic::Present(1)),
+                destination_replicas: Some(2),
+                parts: vec![part(0, Mirroring)],
+                pods: vec![pod(0, &[0])],
+                ..Given::default()
+            },
+            want: Want {
+                check: Some(|plan| {
+                    assert_eq!(plan.status.destination_replication_factor, Some(2));
                 }),
                 ..Want::default()
             },

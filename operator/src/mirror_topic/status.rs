@@ -26,6 +26,9 @@ pub struct Report {
     /// The source topic's ID, as described now or as the fetchers recorded it (none: keep the
     /// one shown).
     pub source_topic_id: Option<String>,
+    /// Replicas of the destination topic's partitions, as described now (none: keep the ones
+    /// shown).
+    pub destination_replicas: Option<usize>,
 }
 
 impl Report {
@@ -88,7 +91,12 @@ pub fn stop_reason(r: &PartitionRecords) -> Option<StopReason> {
 }
 
 /// Condition reasons that mean the topic cannot be mirrored until a person changes something.
-const NEEDS_A_PERSON: [&str; 3] = ["InvalidSpec", "InvalidMirror", "SourceTopicTaken"];
+const NEEDS_A_PERSON: [&str; 4] = [
+    "InvalidSpec",
+    "InvalidMirror",
+    "SourceTopicTaken",
+    "ReplicationFactorTooLarge",
+];
 
 /// One partition that FAILED, in one line: "partition 3 FAILED (RecordRefused), last mirrored
 /// offset 41: <why and the fix>".
@@ -269,6 +277,11 @@ pub fn topic_status(mt: &MirrorTopic, report: Report, now: &Time) -> MirrorTopic
         } else {
             report.partitions
         },
+        destination_replication_factor: report
+            .destination_replicas
+            .filter(|n| *n > 0)
+            .map(|n| n as i32)
+            .or(old.destination_replication_factor),
         configs_not_copied: old.configs_not_copied.clone(),
     }
 }

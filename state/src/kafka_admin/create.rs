@@ -9,14 +9,16 @@ use rdkafka_sys as sys;
 use super::AdminError;
 use super::ffi::{Options, Queue, array, c_string, cstr};
 
-/// Creates `topic` with `partitions`, the cluster's default replication factor and `configs`,
-/// the broker waiting up to `timeout` for the creation. A refusal is
-/// [`AdminError::Kafka`] with the broker's message (e.g. `TopicAlreadyExists`, or
-/// `InvalidConfig` with `Unknown topic config name: message.format.version`).
+/// Creates `topic` with `partitions`, `replication_factor` replicas (`None`: the cluster's
+/// `default.replication.factor`) and `configs`, the broker waiting up to `timeout` for the
+/// creation. A refusal is [`AdminError::Kafka`] with the broker's message (e.g.
+/// `TopicAlreadyExists`, `InvalidReplicationFactor`, or `InvalidConfig` with `Unknown topic
+/// config name: message.format.version`).
 pub fn create_topic<C: ClientContext>(
     client: &Client<C>,
     topic: &str,
     partitions: i32,
+    replication_factor: Option<i32>,
     configs: &[(&str, &str)],
     timeout: Duration,
 ) -> Result<(), AdminError> {
@@ -27,7 +29,7 @@ pub fn create_topic<C: ClientContext>(
         sys::rd_kafka_NewTopic_new(
             name.as_ptr(),
             partitions,
-            -1,
+            replication_factor.unwrap_or(-1),
             errstr.as_mut_ptr(),
             errstr.len(),
         )

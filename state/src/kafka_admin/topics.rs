@@ -19,6 +19,8 @@ pub struct TopicDescription {
     pub topic_id: Option<String>,
     /// Number of partitions.
     pub partitions: usize,
+    /// Replicas of its first partition (0: it has none).
+    pub replication_factor: usize,
 }
 
 /// The all-zero topic ID, as base64, that brokers without topic IDs report.
@@ -87,13 +89,18 @@ pub fn describe_topics<C: ClientContext>(
                     .filter(|id| id != ZERO_UUID && !id.is_empty())
             };
             let mut partitions = 0usize;
-            sys::rd_kafka_TopicDescription_partitions(d, &mut partitions);
+            let infos = sys::rd_kafka_TopicDescription_partitions(d, &mut partitions);
+            let mut replication_factor = 0usize;
+            if let Some(&first) = array(infos, partitions).first() {
+                sys::rd_kafka_TopicPartitionInfo_replicas(first, &mut replication_factor);
+            }
             found.push((
                 name.clone(),
                 Some(TopicDescription {
                     name,
                     topic_id,
                     partitions,
+                    replication_factor,
                 }),
             ));
         }
