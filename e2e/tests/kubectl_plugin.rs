@@ -1422,6 +1422,9 @@ async fn verify_without_the_verifier_says_so_and_passes_no_secret_in_arguments()
 /// Produces `count` records with fixed timestamps to each partition, the same on any cluster.
 fn produce_same(config: &rdkafka::ClientConfig, topic: &str, partitions: i32, count: i32) {
     use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let before: Vec<i64> = (0..partitions)
+        .map(|p| kmirror_e2e::kafka::watermarks(config, topic, p).expect("watermarks").1)
+        .collect();
     let producer: BaseProducer = config
         .clone()
         .set("enable.idempotence", "true")
@@ -1446,6 +1449,12 @@ fn produce_same(config: &rdkafka::ClientConfig, topic: &str, partitions: i32, co
         }
     }
     producer.flush(Duration::from_secs(60)).expect("flush");
+    // flush() does not report failed deliveries: every partition must hold what was sent, so
+    // that a verifier reading fewer records is the verifier's doing.
+    for (p, before) in (0..partitions).zip(before) {
+        let (_, high) = kmirror_e2e::kafka::watermarks(config, topic, p).expect("watermarks");
+        assert_eq!(high - before, i64::from(count), "{topic}/{p}: records written");
+    }
 }
 
 #[tokio::test]
