@@ -1423,7 +1423,11 @@ async fn verify_without_the_verifier_says_so_and_passes_no_secret_in_arguments()
 fn produce_same(config: &rdkafka::ClientConfig, topic: &str, partitions: i32, count: i32) {
     use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
     let before: Vec<i64> = (0..partitions)
-        .map(|p| kmirror_e2e::kafka::watermarks(config, topic, p).expect("watermarks").1)
+        .map(|p| {
+            kmirror_e2e::kafka::watermarks(config, topic, p)
+                .expect("watermarks")
+                .1
+        })
         .collect();
     let producer: BaseProducer = config
         .clone()
@@ -1453,7 +1457,11 @@ fn produce_same(config: &rdkafka::ClientConfig, topic: &str, partitions: i32, co
     // that a verifier reading fewer records is the verifier's doing.
     for (p, before) in (0..partitions).zip(before) {
         let (_, high) = kmirror_e2e::kafka::watermarks(config, topic, p).expect("watermarks");
-        assert_eq!(high - before, i64::from(count), "{topic}/{p}: records written");
+        assert_eq!(
+            high - before,
+            i64::from(count),
+            "{topic}/{p}: records written"
+        );
     }
 }
 

@@ -490,7 +490,14 @@ async fn two_hundred_partitions_reach_mirroring_with_bounded_status_writes() {
     create_topic(&bed.source_config(), &topic, 200, &[])
         .await
         .unwrap();
-    let op = OperatorProcess::spawn(bed, &s.ns, &[]);
+    // Every partition listed (the default lists the worst 100), so that the status can show
+    // every record copied; the bounded list has its own test (operator_status_metrics).
+    let op = OperatorProcess::spawn_with_env(
+        bed,
+        &s.ns,
+        &[],
+        &[("KMIRROR_STATUS_MAX_PARTITIONS", "200")],
+    );
     let mut spec = Scenario::mirror_spec(bed);
     spec["fetcher"] = json!({"partitionsPerPod": 20});
     s.apply_mirror("wide", spec).await;

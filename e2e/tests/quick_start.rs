@@ -291,20 +291,41 @@ async fn make_demo_mirrors_and_fails_over() {
     let client = bed.kube_client().await.unwrap();
     let ns = namespace::create(&client, "demo").await.unwrap();
     let topic = unique_name("demo");
-    let out = Command::new("make")
+    // Output to a file, so that what the demo said is there even when it does not finish.
+    let log = std::env::temp_dir().join(format!("{ns}.log"));
+    let file = std::fs::File::create(&log).unwrap();
+    let mut child = Command::new("make")
         .arg("demo")
         .current_dir(repo_root())
         .env("KMIRROR_DEMO_NAMESPACE", &ns)
         .env("KMIRROR_DEMO_TOPIC", &topic)
         .env("KMIRROR_DEMO_GROUP", format!("{topic}-app"))
-        .output()
+        .stdout(file.try_clone().unwrap())
+        .stderr(file)
+        .spawn()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let deadline = Instant::now() + Duration::from_secs(240);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let stdout = std::fs::read_to_string(&log).unwrap_or_default();
+    let _ = std::fs::remove_file(&log);
     uninstall(bed, &ns);
     namespace::delete(&client, &ns).await;
     let _ = delete_topic(&bed.source_config(), &topic).await;
     let _ = delete_topic(&bed.dest_config(DestUser::Admin), &topic).await;
-    assert!(out.status.success(), "make demo failed:\n{}", text(&out));
+    match status {
+        None => panic!("make demo did not finish within 240 s; it said:\n{stdout}"),
+        Some(st) => assert!(st.success(), "make demo failed ({st}):\n{stdout}"),
+    }
     for said in [
         "failover complete: 3 partitions STOPPED",
         "the group's committed offsets are the same on both clusters",
