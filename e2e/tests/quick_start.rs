@@ -304,7 +304,7 @@ async fn make_demo_mirrors_and_fails_over() {
         .stderr(file)
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(240);
+    let deadline = Instant::now() + Duration::from_secs(420);
     let status = loop {
         if let Some(status) = child.try_wait().unwrap() {
             break Some(status);
@@ -323,7 +323,7 @@ async fn make_demo_mirrors_and_fails_over() {
     let _ = delete_topic(&bed.source_config(), &topic).await;
     let _ = delete_topic(&bed.dest_config(DestUser::Admin), &topic).await;
     match status {
-        None => panic!("make demo did not finish within 240 s; it said:\n{stdout}"),
+        None => panic!("make demo did not finish within 420 s; it said:\n{stdout}"),
         Some(st) => assert!(st.success(), "make demo failed ({st}):\n{stdout}"),
     }
     for said in [
