@@ -21,6 +21,7 @@ use kmirror_fetcher::Isolation;
 use kmirror_fetcher::verify::{Side, verify_partition};
 use kmirror_state::flags::ClusterFlags;
 use kmirror_state::partition_view::partition_status;
+use kmirror_state::records::PartitionRecords;
 use kmirror_state::store;
 use kmirror_state::translate::{self, Direction, Extent, Request};
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -73,17 +74,26 @@ struct Args {
 
 /// Translates `requests` through the offsets maps in the state topic, printing one JSON object
 /// per request.
-fn print_translations(args: &Args, requests: &[Request]) -> Result<bool, String> {
-    let destination = args.clusters.destination()?;
-    let destination = destination.client_config().map_err(|e| e.to_string())?;
-    let timeout = Duration::from_secs(args.timeout_seconds);
-    let units = store::load(
-        &destination,
+/// The state topic's records of the topic `args` names (its mirror's, every partition).
+fn topic_units(
+    args: &Args,
+    destination: &rdkafka::ClientConfig,
+    timeout: Duration,
+) -> Result<std::collections::BTreeMap<store::UnitId, PartitionRecords>, String> {
+    store::load(
+        destination,
         &args.state_topic,
         |k| k.mirror == args.mirror && k.topic == args.source_topic,
         timeout,
     )
-    .map_err(|e| e.to_string())?;
+    .map_err(|e| e.to_string())
+}
+
+fn print_translations(args: &Args, requests: &[Request]) -> Result<bool, String> {
+    let destination = args.clusters.destination()?;
+    let destination = destination.client_config().map_err(|e| e.to_string())?;
+    let timeout = Duration::from_secs(args.timeout_seconds);
+    let units = topic_units(args, &destination, timeout)?;
     let consumer: BaseConsumer = destination
         .clone()
         .set("group.id", "kmirror-translate")
@@ -146,13 +156,11 @@ fn print_translations(args: &Args, requests: &[Request]) -> Result<bool, String>
 fn print_state(args: &Args) -> Result<bool, String> {
     let destination = args.clusters.destination()?;
     let destination = destination.client_config().map_err(|e| e.to_string())?;
-    let units = store::load(
+    let units = topic_units(
+        args,
         &destination,
-        &args.state_topic,
-        |k| k.mirror == args.mirror && k.topic == args.source_topic,
         Duration::from_secs(args.timeout_seconds),
-    )
-    .map_err(|e| e.to_string())?;
+    )?;
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64);
@@ -183,13 +191,7 @@ fn run(args: Args) -> Result<bool, String> {
     let source = source.client_config().map_err(|e| e.to_string())?;
     let destination = destination.client_config().map_err(|e| e.to_string())?;
     let timeout = Duration::from_secs(args.timeout_seconds);
-    let units = store::load(
-        &destination,
-        &args.state_topic,
-        |k| k.mirror == args.mirror && k.topic == args.source_topic,
-        timeout,
-    )
-    .map_err(|e| e.to_string())?;
+    let units = topic_units(&args, &destination, timeout)?;
     let mut partitions = args.partitions.clone();
     if partitions.is_empty() {
         partitions = units.keys().map(|(_, _, p)| *p).collect();

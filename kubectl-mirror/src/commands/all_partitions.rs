@@ -3,8 +3,6 @@
 //! state topic — the operator's own record of every partition — by `kmirror-verify --state-only`
 //! with the ClusterMirror's destination connection, the way `verify` reaches the clusters.
 
-use std::process::Stdio;
-
 use kmirror_crds::v1alpha1::{ClusterMirror, PartitionStatus};
 
 use crate::client::Kube;
@@ -82,19 +80,9 @@ async fn read(
     program: &std::path::Path,
     args: &[String],
 ) -> std::result::Result<Vec<PartitionStatus>, String> {
-    let child = tokio::process::Command::new(program)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| format!("cannot run {}: {e}", program.display()))?;
-    let output = tokio::select! {
-        out = child.wait_with_output() => out
-            .map_err(|e| format!("running {}: {e}", program.display()))?,
-        _ = tokio::signal::ctrl_c() => return Err("interrupted".into()),
-    };
+    let output = super::run_verifier(program, args)
+        .await
+        .map_err(|e| e.to_string())?;
     if !output.status.success() {
         return Err(format!(
             "cannot read the partitions from the state topic: {}",

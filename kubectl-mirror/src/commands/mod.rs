@@ -60,3 +60,24 @@ fn wanted(selection: &Selection) -> &[String] {
         &selection.topics
     }
 }
+
+/// Runs `kmirror-verify` (any of its modes) to the end, or until Ctrl-C, which kills it.
+async fn run_verifier(program: &std::path::Path, args: &[String]) -> Result<std::process::Output> {
+    use std::process::Stdio;
+    let child = tokio::process::Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| {
+            crate::error::Error::failed(format!("cannot run {}: {e}", program.display()))
+        })?;
+    tokio::select! {
+        out = child.wait_with_output() => out.map_err(|e| {
+            crate::error::Error::failed(format!("running {}: {e}", program.display()))
+        }),
+        _ = tokio::signal::ctrl_c() => Err(crate::error::Error::failed("interrupted")),
+    }
+}

@@ -2,8 +2,6 @@
 //! mirror's offset map, read from the state topic by `kmirror-verify --translate` with the
 //! ClusterMirror's destination connection (the way `status --partitions all` reads it).
 
-use std::process::Stdio;
-
 use crate::cli::{Direction, Output, TranslateArgs};
 use crate::client::Kube;
 use crate::error::{Error, Result};
@@ -103,19 +101,7 @@ pub async fn run(kube: &Kube, args: &TranslateArgs) -> Result<()> {
 
 /// Runs the verifier in translate mode; the translations it prints, in order.
 async fn read(program: &std::path::Path, args: &[String]) -> Result<Vec<TranslationView>> {
-    let child = tokio::process::Command::new(program)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| Error::failed(format!("cannot run {}: {e}", program.display())))?;
-    let output = tokio::select! {
-        out = child.wait_with_output() => out
-            .map_err(|e| Error::failed(format!("running {}: {e}", program.display())))?,
-        _ = tokio::signal::ctrl_c() => return Err(Error::failed("interrupted")),
-    };
+    let output = super::run_verifier(program, args).await?;
     if !output.status.success() {
         return Err(Error::failed(format!(
             "cannot read the offset map from the state topic: {}",

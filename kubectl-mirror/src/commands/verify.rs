@@ -1,7 +1,6 @@
 //! `kubectl mirror verify`: run `kmirror-verify` for the topics of a mirror.
 
 use std::collections::BTreeMap;
-use std::process::Stdio;
 
 use k8s_openapi::api::core::v1::Secret;
 use kmirror_crds::v1alpha1::MirrorTopic;
@@ -115,19 +114,7 @@ async fn verify_topic(
     topic: &MirrorTopic,
 ) -> Result<TopicVerification> {
     let args = verifier::arguments(run, source, destination);
-    let child = tokio::process::Command::new(program)
-        .args(&args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| Error::failed(format!("cannot run {}: {e}", program.display())))?;
-    let output = tokio::select! {
-        out = child.wait_with_output() => out
-            .map_err(|e| Error::failed(format!("running {}: {e}", program.display())))?,
-        _ = tokio::signal::ctrl_c() => return Err(Error::failed("interrupted")),
-    };
+    let output = super::run_verifier(program, &args).await?;
     let stdout = String::from_utf8_lossy(&output.stdout);
     let reports: Vec<serde_json::Value> = stdout
         .lines()
